@@ -1,0 +1,52 @@
+# tidemalloc build. `make` builds the libraries; `make test` runs every suite;
+# `make bench` compares against glibc and the installed peers.
+CC      ?= cc
+BUILD   ?= build
+VERSION := 0.1.0
+SONAME  := libtidemalloc.so.0
+WARN    := -Wall -Wextra -Werror
+CFLAGS_LIB := -std=c11 -O2 -g $(WARN) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
+              -fno-builtin -fno-stack-protector -fno-plt -Iinclude -Isrc $(EXTRA_CFLAGS)
+LDFLAGS_LIB := -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--version-script=src/exports.map -lpthread
+
+LIB_SRCS := $(wildcard src/*.c)
+LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
+LIB_SO   := $(BUILD)/libtidemalloc.so
+LIB_A    := $(BUILD)/libtidemalloc.a
+
+.PHONY: all lib test bench bench-quick clean format format-check
+all: lib
+lib: $(LIB_SO) $(LIB_A)
+
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tidemalloc.h | $(BUILD)/obj
+	$(CC) $(CFLAGS_LIB) -c $< -o $@
+
+$(BUILD)/obj:
+	mkdir -p $@
+
+$(LIB_SO): $(LIB_OBJS) src/exports.map
+	$(CC) $(LIB_OBJS) $(LDFLAGS_LIB) -o $@.$(VERSION)
+	ln -sf libtidemalloc.so.$(VERSION) $(BUILD)/$(SONAME)
+	ln -sf libtidemalloc.so.$(VERSION) $@
+
+$(LIB_A): $(LIB_OBJS)
+	rm -f $@ && ar rcs $@ $(LIB_OBJS)
+
+# Each fragment adds its own targets; they own their files.
+-include tests/tests.mk
+-include tests/glibc/glibc.mk
+-include bench/bench.mk
+-include tools/tools.mk
+
+# Every suite prints PASS/FAIL/SKIP lines; tests/run.sh adds them up.
+test: lib
+	bash tests/run.sh
+
+format:
+	clang-format -i src/*.c src/*.h include/*.h
+
+format-check:
+	clang-format --dry-run --Werror src/*.c src/*.h include/*.h
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,34 @@
+# Benchmarks (bench/). Included by the top Makefile, which defines CC, BUILD,
+# LIB_SO and the `lib` target. The runner is bench/run.py (Python 3 stdlib).
+BENCH_DIR    := $(BUILD)/bench
+BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -pthread
+BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn pair ebizzy
+BENCH_BINS   := $(addprefix $(BENCH_DIR)/,$(BENCH_PROGS))
+BENCH_PY     ?= /usr/bin/python3
+# Extra arguments for the runner, e.g. BENCH_ARGS="--reps 3 --only larson,churn"
+BENCH_ARGS   ?=
+
+.PHONY: bench bench-quick bench-insns bench-ebizzy bench-gs bench-build
+
+bench-build: $(BENCH_BINS)
+
+$(BENCH_DIR)/%: bench/%.c bench/common.h | $(BENCH_DIR)
+	$(CC) $(BENCH_CFLAGS) $< -o $@
+
+$(BENCH_DIR):
+	mkdir -p $@
+
+bench: lib bench-build
+	$(BENCH_PY) bench/run.py bench $(BENCH_ARGS)
+
+bench-quick: lib bench-build
+	$(BENCH_PY) bench/run.py quick $(BENCH_ARGS)
+
+bench-insns: lib bench-build
+	$(BENCH_PY) bench/run.py insns $(BENCH_ARGS)
+
+bench-ebizzy: lib bench-build
+	$(BENCH_PY) bench/run.py ebizzy $(BENCH_ARGS)
+
+bench-gs: lib bench-build
+	$(BENCH_PY) bench/run.py gs $(BENCH_ARGS)

@@ -1,0 +1,133 @@
+/* Public allocation entry points. malloc's fast path is inline here: one TLS
+ * load, a class lookup, a pop from the page's free list. Everything else is
+ * in heap.c's slow paths. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define API __attribute__((visibility("default")))
+
+/* Largest size served from size classes: SMALL_MAX, or less when the user set
+ * a lower mmap threshold (options.c keeps it in step). */
+size_t g_small_limit = SMALL_MAX;
+
+static inline void *malloc_inline(size_t size) {
+    struct heap *heap = t_heap;
+    if (likely(size <= g_small_limit)) {
+        struct page *page = heap->pages_direct[size_class_of(size)];
+        struct block *b = page->free;
+        if (likely(b != NULL)) {
+            struct block *next = block_link_decode(b);
+            block_link_check(b, next);
+            page->free = next;
+            page->used++;
+            b->free_key = 0;
+            return b;
+        }
+    }
+    return heap_malloc_slow(heap, size);
+}
+
+API void *malloc(size_t size) { return malloc_inline(size); }
+
+API void *calloc(size_t count, size_t size) {
+    size_t total;
+    if (unlikely(__builtin_mul_overflow(count, size, &total))) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (total <= g_small_limit) {
+        void *p = malloc_inline(total);
+        if (p) memset(p, 0, total);
+        return p;
+    }
+    bool is_zero = false;
+    void *p = heap_malloc_generic(t_heap, total, &is_zero);
+    if (p && !is_zero) memset(p, 0, total);
+    return p;
+}
+
+/* glibc's memalign: alignments up to 16 are plain malloc, others round up
+ * to a power of two; an absurd alignment is EINVAL. */
+static void *memalign_internal(size_t alignment, size_t size) {
+    if (alignment <= ALIGNMENT) return malloc_inline(size);
+    if (alignment > SIZE_MAX / 2 + 1) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (alignment & (alignment - 1)) alignment = (size_t)1 << (64 - __builtin_clzl(alignment));
+    if (size > PTRDIFF_MAX - alignment) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return heap_malloc_aligned(t_heap, alignment, size);
+}
+
+API void *memalign(size_t alignment, size_t size) { return memalign_internal(alignment, size); }
+API void *aligned_alloc(size_t alignment, size_t size) {
+    return memalign_internal(alignment, size);
+}
+
+API int posix_memalign(void **result, size_t alignment, size_t size) {
+    if (alignment % sizeof(void *) != 0 || (alignment & (alignment - 1)) != 0 || alignment == 0)
+        return EINVAL;
+    int saved = errno;
+    void *p = memalign_internal(alignment, size);
+    if (p == NULL) {
+        errno = saved;
+        return ENOMEM;
+    }
+    *result = p;
+    return 0;
+}
+
+API void *valloc(size_t size) { return memalign_internal(OS_PAGE_SIZE, size); }
+
+API void *pvalloc(size_t size) {
+    if (size > SIZE_MAX - OS_PAGE_SIZE) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    size_t rounded = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
+    return memalign_internal(OS_PAGE_SIZE, rounded ? rounded : OS_PAGE_SIZE);
+}
+
+API void *realloc(void *p, size_t size) {
+    if (p == NULL) return malloc_inline(size);
+    if (size == 0) { /* glibc 2.36: frees and returns NULL */
+        free_internal(p);
+        return NULL;
+    }
+    size_t usable = block_usable_size(p, "realloc(): invalid pointer");
+    if (!segment_map_contains((uintptr_t)p)) {
+        void *moved = huge_realloc(p, size); /* in place or mremap */
+        if (moved) return moved;
+    } else if (size <= usable && (size >= usable / 2 || usable <= 64)) {
+        return p; /* shrinking in place unless most of the block would idle */
+    }
+    void *fresh = malloc_inline(size);
+    if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */
+    memcpy(fresh, p, size < usable ? size : usable);
+    free_internal(p);
+    return fresh;
+}
+
+API void *reallocarray(void *p, size_t count, size_t size) {
+    size_t total;
+    if (__builtin_mul_overflow(count, size, &total)) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    return realloc(p, total);
+}
+
+/* glibc exports these for programs and libraries that call them directly. */
+API void *__libc_malloc(size_t size) __attribute__((alias("malloc"), copy(malloc)));
+API void *__libc_calloc(size_t count, size_t size) __attribute__((alias("calloc"), copy(calloc)));
+API void *__libc_realloc(void *p, size_t size) __attribute__((alias("realloc"), copy(realloc)));
+API void *__libc_memalign(size_t alignment, size_t size) __attribute__((alias("memalign"), copy(memalign)));
+API void *__libc_valloc(size_t size) __attribute__((alias("valloc"), copy(valloc)));
+API void *__libc_pvalloc(size_t size) __attribute__((alias("pvalloc"), copy(pvalloc)));

@@ -1,0 +1,39 @@
+/* fork: every allocator lock is taken, in one fixed order, before fork and
+ * released in both processes after it, so the child finds consistent state
+ * and can allocate at once even if the parent had many threads.
+ * Lock order: purge, heaps, segment cache, abandoned, registry, each
+ * segment's lock (registry order), huge. */
+#define _GNU_SOURCE
+#include <pthread.h>
+
+#include "internal.h"
+
+extern struct spin_lock g_purge_lock INTERNAL;
+
+static void fork_prepare(void) {
+    spin_lock(&g_purge_lock);
+    spin_lock(&g_heaps_lock);
+    spin_lock(&g_segment_cache_lock);
+    spin_lock(&g_abandoned_lock);
+    spin_lock(&g_registry_lock);
+    for (struct segment *s = g_registry; s; s = s->all_next) spin_lock(&s->lock);
+    spin_lock(&g_huge_lock);
+}
+
+static void fork_release(void) {
+    spin_unlock(&g_huge_lock);
+    for (struct segment *s = g_registry; s; s = s->all_next) spin_unlock(&s->lock);
+    spin_unlock(&g_registry_lock);
+    spin_unlock(&g_abandoned_lock);
+    spin_unlock(&g_segment_cache_lock);
+    spin_unlock(&g_heaps_lock);
+    spin_unlock(&g_purge_lock);
+}
+
+static void fork_child(void) {
+    fork_release();
+    heap_atfork_child();
+    purge_atfork_child();
+}
+
+void fork_handlers_install(void) { pthread_atfork(fork_prepare, fork_release, fork_child); }

@@ -1,0 +1,51 @@
+/* Output without malloc: error messages and statistics go through write(2)
+ * from small stack buffers. */
+#define _GNU_SOURCE
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void write_string(int fd, const char *s) {
+    size_t length = strlen(s);
+    while (length > 0) {
+        ssize_t n = write(fd, s, length);
+        if (n <= 0) return;
+        s += n;
+        length -= (size_t)n;
+    }
+}
+
+/* One line naming the function and the problem, then abort, as glibc does. */
+void fatal_error(const char *message) {
+    write_string(STDERR_FILENO, message);
+    write_string(STDERR_FILENO, "\n");
+    abort();
+}
+
+void out_flush(struct out_buffer *out) {
+    out->data[out->length] = '\0';
+    write_string(out->fd, out->data);
+    out->length = 0;
+}
+
+void out_string(struct out_buffer *out, const char *s) {
+    for (; *s; s++) {
+        if (out->length + 1 >= sizeof out->data) out_flush(out);
+        out->data[out->length++] = *s;
+    }
+}
+
+void out_unsigned(struct out_buffer *out, uint64_t value) {
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    char text[24];
+    for (int i = 0; i < n; i++) text[i] = digits[n - 1 - i];
+    text[n] = '\0';
+    out_string(out, text);
+}

@@ -1,0 +1,95 @@
+/* Public release entry points. free's fast path: find the page with a mask
+ * and a load, check the pointer is a block start we handed out, then push it
+ * on the page's local list (owner) or its thread_free list (anyone else). */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <string.h>
+
+#include "internal.h"
+
+#define API __attribute__((visibility("default")))
+
+void report_invalid_pointer(const char *message) { fatal_error(message); }
+
+/* The page of a pointer into our segments, after checking it is the start of
+ * a block of an in-use page; NULL if the segment map does not know it. */
+static inline struct page *page_of_block(void *p, const char *message) {
+    struct segment *segment = segment_of(p);
+    struct page *page = page_of(segment, p);
+    uintptr_t offset = (uintptr_t)p - page->start;
+    if (unlikely(offset >= page->area_size)) report_invalid_pointer(message);
+    uint64_t index = ((uint64_t)offset * page->block_size_inverse) >> 40;
+    if (unlikely(index * page->block_size != offset)) report_invalid_pointer(message);
+    return page;
+}
+
+static NOINLINE void free_remote(struct page *page, struct block *b) {
+    if (unlikely(b->free_key == g_free_key)) fatal_error("free(): double free detected");
+    b->free_key = g_free_key;
+    /* relaxed load: the CAS below re-reads and validates it. */
+    struct block *head = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    do {
+        block_link_set(b, head);
+        /* release: the owner's acquire exchange must see the link we wrote. */
+    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &head, b,
+                                                    memory_order_release, memory_order_relaxed));
+}
+
+static NOINLINE void free_outside_segments(void *p) {
+    int saved = errno;
+    if (!huge_free(p)) report_invalid_pointer("free(): invalid pointer");
+    errno = saved;
+}
+
+static inline void free_inline(void *p) {
+    if (unlikely(p == NULL)) return;
+    if (unlikely(!segment_map_contains((uintptr_t)p))) {
+        free_outside_segments(p);
+        return;
+    }
+    struct page *page = page_of_block(p, "free(): invalid pointer");
+    struct segment *segment = segment_of(p);
+    struct block *b = p;
+    struct heap *heap = t_heap;
+    /* relaxed: equal only if this thread owns the segment, and then this
+     * thread wrote the value itself; any other value takes the remote path. */
+    if (likely(atomic_load_explicit(&segment->owner_id, memory_order_relaxed) == heap->id)) {
+        if (unlikely(b->free_key == g_free_key)) heap_double_free_check(heap, page, b);
+        block_link_set(b, page->free);
+        b->free_key = g_free_key;
+        page->free = b;
+        if (unlikely(--page->used == 0)) heap_page_empty(heap, page);
+        return;
+    }
+    free_remote(page, b);
+}
+
+void free_internal(void *p) { free_inline(p); }
+
+API void free(void *p) { free_inline(p); }
+API void cfree(void *p) { free_inline(p); }
+API void free_sized(void *p, size_t size) {
+    (void)size;
+    free_inline(p);
+}
+API void free_aligned_sized(void *p, size_t alignment, size_t size) {
+    (void)alignment;
+    (void)size;
+    free_inline(p);
+}
+API void __libc_free(void *p) __attribute__((alias("free"), copy(free)));
+
+size_t block_usable_size(const void *p, const char *message) {
+    if (!segment_map_contains((uintptr_t)p)) {
+        size_t usable = huge_usable_size(p);
+        if (usable == 0) report_invalid_pointer(message);
+        return usable;
+    }
+    return page_of_block((void *)p, message)->block_size;
+}
+
+API size_t malloc_usable_size(void *p) {
+    if (p == NULL) return 0;
+    return block_usable_size(p, "malloc_usable_size(): invalid pointer");
+}

@@ -1,0 +1,375 @@
+/* Thread heaps: the per-thread class queues, the malloc slow path, the
+ * handling of pages that become empty, and thread exit. A heap is touched by
+ * its own thread only; other threads reach its pages through thread_free. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "internal.h"
+
+struct page g_empty_page; /* never has a free block: the fast path falls through */
+struct heap g_empty_heap = {
+    .pages_direct = {[0 ... SMALL_CLASS_COUNT - 1] = &g_empty_page},
+    .id = UINT64_MAX, /* no segment is ever owned by it */
+};
+__thread struct heap *t_heap __attribute__((tls_model("initial-exec"))) = &g_empty_heap;
+
+struct spin_lock g_heaps_lock = SPIN_LOCK_INIT;
+struct heap *g_heaps;                /* live heaps (heaps lock) */
+static struct heap *heap_free_list;  /* recycled heap structures (heaps lock) */
+static char *heap_pool, *heap_pool_end; /* carving area for new ones (heaps lock) */
+_Atomic uint64_t g_heap_count;
+static _Atomic uint64_t next_heap_id = 1;
+static pthread_key_t heap_key;
+static _Atomic int heap_key_ready;
+
+#define COLLECT_INTERVAL 256 /* slow-path calls between full collections */
+#define QUEUE_SEARCH_MAX 8   /* pages looked at before a fresh page is taken */
+
+static void heap_thread_exit(void *arg);
+
+/* ---- class queues: circular lists whose head is pages_direct[class] ---- */
+
+static void queue_insert_head(struct page **head, struct page *page) {
+    if (*head == &g_empty_page || *head == NULL) {
+        page->next = page->prev = page;
+    } else {
+        page->next = *head;
+        page->prev = (*head)->prev;
+        page->prev->next = page;
+        (*head)->prev = page;
+    }
+    *head = page;
+}
+
+static void queue_insert_tail(struct page **head, struct page *page) {
+    if (*head == &g_empty_page || *head == NULL) {
+        queue_insert_head(head, page);
+        return;
+    }
+    queue_insert_head(head, page);
+    *head = page->next; /* the old head stays first; page is now last */
+}
+
+static void queue_remove(struct page **head, struct page *page, struct page *empty) {
+    if (page->next == page) {
+        *head = empty;
+    } else {
+        page->prev->next = page->next;
+        page->next->prev = page->prev;
+        if (*head == page) *head = page->next;
+    }
+    page->next = page->prev = NULL;
+}
+
+/* ---- heap creation and thread exit ---- */
+
+static struct heap *heap_struct_alloc(void) {
+    spin_lock(&g_heaps_lock);
+    struct heap *heap = heap_free_list;
+    if (heap) {
+        heap_free_list = heap->next_heap;
+    } else {
+        size_t size = (sizeof(struct heap) + 63) & ~(size_t)63;
+        if (heap_pool == NULL || heap_pool + size > heap_pool_end) {
+            spin_unlock(&g_heaps_lock);
+            char *pool = os_map(SLICE_SIZE);
+            if (pool == NULL) return NULL;
+            spin_lock(&g_heaps_lock);
+            heap_pool = pool;
+            heap_pool_end = pool + SLICE_SIZE;
+        }
+        heap = (struct heap *)heap_pool;
+        heap_pool += size;
+    }
+    spin_unlock(&g_heaps_lock);
+    return heap;
+}
+
+struct heap *heap_for_thread(void) {
+    if (t_heap != &g_empty_heap) return t_heap;
+    allocator_init();
+    if (!atomic_load_explicit(&heap_key_ready, memory_order_acquire)) {
+        spin_lock(&g_heaps_lock);
+        if (!atomic_load_explicit(&heap_key_ready, memory_order_relaxed)) {
+            pthread_key_create(&heap_key, heap_thread_exit);
+            atomic_store_explicit(&heap_key_ready, 1, memory_order_release);
+        }
+        spin_unlock(&g_heaps_lock);
+    }
+    struct heap *heap = heap_struct_alloc();
+    if (heap == NULL) return NULL;
+    memset(heap, 0, sizeof *heap);
+    for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++) heap->pages_direct[i] = &g_empty_page;
+    /* relaxed: ids only need to be unique. */
+    heap->id = atomic_fetch_add_explicit(&next_heap_id, 1, memory_order_relaxed);
+    heap->collect_countdown = COLLECT_INTERVAL;
+    spin_lock(&g_heaps_lock);
+    heap->next_heap = g_heaps;
+    if (g_heaps) g_heaps->prev_heap = heap;
+    g_heaps = heap;
+    spin_unlock(&g_heaps_lock);
+    atomic_fetch_add_explicit(&g_heap_count, 1, memory_order_relaxed); /* statistic */
+    t_heap = heap;
+    pthread_setspecific(heap_key, heap);
+    return heap;
+}
+
+/* Frees the pages that are empty once remote frees are collected. */
+static void heap_collect(struct heap *heap, bool exiting) {
+    for (unsigned cls = 0; cls <= SMALL_CLASS_COUNT; cls++) {
+        struct page **head = cls < SMALL_CLASS_COUNT ? &heap->pages_direct[cls] : &heap->large_pages;
+        struct page *empty = cls < SMALL_CLASS_COUNT ? &g_empty_page : NULL;
+        if (*head == empty) continue;
+        struct page *page = *head;
+        unsigned remaining = 0;
+        for (struct page *p = page->next; p != page; p = p->next) remaining++;
+        remaining++;
+        while (remaining-- > 0) {
+            struct page *next = page->next;
+            page_collect_remote(page);
+            bool only = page->next == page;
+            if (page->used == 0 && (exiting || !only || cls == SMALL_CLASS_COUNT)) {
+                queue_remove(head, page, empty);
+                segment_page_free(heap, page);
+            }
+            page = next;
+        }
+    }
+}
+
+static void heap_thread_exit(void *arg) {
+    struct heap *heap = arg;
+    int saved = errno;
+    t_heap = &g_empty_heap;
+    heap_collect(heap, true);
+    /* Pages still in use (blocks other threads hold) stay in their segments,
+     * which other threads adopt; empty segments go back to the cache. */
+    struct segment *lists[2] = {heap->segments_avail, heap->segments_full};
+    for (int l = 0; l < 2; l++) {
+        for (struct segment *s = lists[l], *next; s; s = next) {
+            next = s->next;
+            if (s->used_pages == 0) {
+                segment_release_empty(heap, s);
+            } else {
+                s->next = s->prev = NULL;
+                segment_abandon(s);
+            }
+        }
+    }
+    spin_lock(&g_heaps_lock);
+    if (heap->prev_heap) heap->prev_heap->next_heap = heap->next_heap;
+    else g_heaps = heap->next_heap;
+    if (heap->next_heap) heap->next_heap->prev_heap = heap->prev_heap;
+    heap->next_heap = heap_free_list;
+    heap_free_list = heap;
+    spin_unlock(&g_heaps_lock);
+    atomic_fetch_sub_explicit(&g_heap_count, 1, memory_order_relaxed); /* statistic */
+    purge_after_free();
+    errno = saved;
+}
+
+/* Fork child: the other threads are gone; their segments become adoptable. */
+void heap_atfork_child(void) {
+    struct heap *self = t_heap;
+    struct heap *heap = g_heaps;
+    g_heaps = NULL;
+    while (heap) {
+        struct heap *next = heap->next_heap;
+        if (heap == self) {
+            heap->next_heap = g_heaps;
+            heap->prev_heap = NULL;
+            g_heaps = heap;
+        } else {
+            struct segment *lists[2] = {heap->segments_avail, heap->segments_full};
+            for (int l = 0; l < 2; l++) {
+                for (struct segment *s = lists[l], *n; s; s = n) {
+                    n = s->next;
+                    s->next = s->prev = NULL;
+                    segment_abandon(s);
+                }
+            }
+            heap->next_heap = heap_free_list;
+            heap_free_list = heap;
+            atomic_fetch_sub_explicit(&g_heap_count, 1, memory_order_relaxed); /* statistic */
+        }
+        heap = next;
+    }
+}
+
+/* An adopted segment's page joins this heap (or is freed if empty). */
+void heap_adopt_page(struct heap *heap, struct page *page) {
+    page_collect_remote(page);
+    if (page->used == 0) {
+        page->next = page->prev = NULL;
+        segment_page_free(heap, page);
+    } else if (page->class_index == LARGE_CLASS) {
+        queue_insert_tail(&heap->large_pages, page);
+    } else {
+        queue_insert_tail(&heap->pages_direct[page->class_index], page);
+    }
+}
+
+/* ---- the slow paths ---- */
+
+static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
+    struct page *page = segment_page_alloc(heap, g_class_slices[cls]);
+    if (page == NULL) return NULL;
+    page_init(page, cls, g_class_size[cls]);
+    page_extend(page);
+    heap->pages_allocated[cls]++;
+    queue_insert_head(&heap->pages_direct[cls], page);
+    return page;
+}
+
+/* Finds a page of class `cls` with a free block and makes it the queue head. */
+static struct page *heap_find_page(struct heap *heap, unsigned cls) {
+    struct page **head = &heap->pages_direct[cls];
+    struct page *page = *head;
+    if (page != &g_empty_page) {
+        for (unsigned tries = 0; tries < QUEUE_SEARCH_MAX; tries++) {
+            page_collect_remote(page);
+            if (page->free != NULL || page_extend(page)) {
+                *head = page;
+                return page;
+            }
+            page = page->next;
+            if (page == *head) break;
+        }
+        *head = page; /* resume the search here next time */
+    }
+    return heap_new_class_page(heap, cls);
+}
+
+static void *heap_malloc_class(struct heap *heap, unsigned cls) {
+    struct page *page = heap->pages_direct[cls];
+    if (page->free == NULL) {
+        page = heap_find_page(heap, cls);
+        if (page == NULL) return NULL;
+    }
+    struct block *b = page->free;
+    struct block *next = block_link_decode(b);
+    block_link_check(b, next);
+    page->free = next;
+    page->used++;
+    b->free_key = 0;
+    return b;
+}
+
+static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
+    unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
+    struct page *page = segment_page_alloc(heap, slices);
+    if (page == NULL) return NULL;
+    page_init(page, LARGE_CLASS, (size_t)slices << SLICE_SHIFT);
+    page->capacity = 1;
+    page->used = 1;
+    heap->large_allocs++;
+    queue_insert_head(&heap->large_pages, page);
+    if (is_zero) *is_zero = page->is_zero;
+    return (void *)page->start;
+}
+
+static bool wants_direct_map(size_t size) {
+    return size >= g_options.mmap_threshold &&
+           (g_options.mmap_max < 0 ||
+            /* relaxed: a limit check on a statistic, glibc is no stricter */
+            atomic_load_explicit(&g_huge_count, memory_order_relaxed) <
+                (uint64_t)g_options.mmap_max);
+}
+
+/* Every allocation that the inline fast path could not serve. */
+void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
+    if (unlikely(heap == &g_empty_heap)) {
+        heap = heap_for_thread();
+        if (heap == NULL) goto out_of_memory;
+    }
+    if (--heap->collect_countdown == 0) {
+        heap->collect_countdown = COLLECT_INTERVAL;
+        heap_collect(heap, false);
+    }
+    void *p;
+    if (is_zero) *is_zero = false;
+    if (wants_direct_map(size) || size > LARGE_MAX) {
+        p = huge_alloc(size, 0, is_zero != NULL, !wants_direct_map(size));
+        if (p && is_zero) *is_zero = true; /* huge_alloc zeroes what it reuses */
+    } else if (size <= SMALL_MAX) {
+        p = heap_malloc_class(heap, size_class_of(size));
+    } else {
+        p = heap_malloc_large(heap, size, is_zero);
+    }
+    if (p == NULL) goto out_of_memory;
+    return p;
+out_of_memory:
+    errno = ENOMEM;
+    return NULL;
+}
+
+void *heap_malloc_slow(struct heap *heap, size_t size) {
+    return heap_malloc_generic(heap, size, NULL);
+}
+
+/* alignment is a power of two above 16. */
+void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
+    if (unlikely(heap == &g_empty_heap)) {
+        heap = heap_for_thread();
+        if (heap == NULL) goto out_of_memory;
+    }
+    if (alignment <= SLICE_SIZE && !wants_direct_map(size)) {
+        size_t need = size < alignment ? alignment : size;
+        if (need <= SMALL_MAX) {
+            /* Pages start 64 KiB-aligned, so a class whose size is a multiple
+             * of the alignment gives aligned blocks; one exists per doubling. */
+            for (unsigned cls = size_class_of(need); cls < SMALL_CLASS_COUNT; cls++) {
+                if (g_class_size[cls] % alignment == 0) {
+                    void *p = heap_malloc_class(heap, cls);
+                    if (p == NULL) goto out_of_memory;
+                    return p;
+                }
+            }
+        }
+        if (size <= LARGE_MAX) {
+            void *p = heap_malloc_large(heap, size, NULL);
+            if (p == NULL) goto out_of_memory;
+            return p;
+        }
+    }
+    void *p = huge_alloc(size, alignment, false, !wants_direct_map(size));
+    if (p == NULL) goto out_of_memory;
+    return p;
+out_of_memory:
+    errno = ENOMEM;
+    return NULL;
+}
+
+/* free() saw a page's last block come back. Keep the only page of a class
+ * (a malloc/free loop must not thrash), give the others back to the segment. */
+void heap_page_empty(struct heap *heap, struct page *page) {
+    int saved = errno;
+    if (page->class_index == LARGE_CLASS) {
+        queue_remove(&heap->large_pages, page, NULL);
+    } else {
+        if (page->next == page) return;
+        queue_remove(&heap->pages_direct[page->class_index], page, &g_empty_page);
+    }
+    segment_page_free(heap, page);
+    purge_after_free(); /* last: it may start a thread, which allocates */
+    errno = saved;
+}
+
+/* The block carries the free key: a double free, or user data that happens to
+ * equal the key. Collect, then look for the block on the page's free list. */
+void heap_double_free_check(struct heap *heap, struct page *page, struct block *b) {
+    (void)heap;
+    page_collect_remote(page);
+    uint32_t steps = 0;
+    for (struct block *f = page->free; f; f = block_link_decode(f)) {
+        if (f == b) fatal_error("free(): double free detected");
+        if (++steps > page->capacity) report_corrupt_free_list();
+    }
+}
+
+/* malloc_trim: the calling thread's empty pages go back before the purge. */
+void heap_collect_current(void) {
+    if (t_heap != &g_empty_heap) heap_collect(t_heap, false);
+}

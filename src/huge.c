@@ -1,0 +1,236 @@
+/* Huge blocks: mapped on their own, tracked out of band in an open-addressing
+ * table keyed by the address we returned (so free() of a pointer we never
+ * returned is recognised). Blocks allocated below the mmap threshold (too big
+ * for a segment) are kept in a small cache when freed, and released by the
+ * purge policy like any other retained memory. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "internal.h"
+
+struct huge_entry {
+    uintptr_t user;   /* address returned to the caller; 0 = empty, 1 = deleted */
+    uintptr_t base;   /* start of the mapping */
+    size_t map_size;  /* bytes mapped */
+    bool retain;      /* allocated below the mmap threshold: cache it on free */
+};
+
+struct cached_mapping {
+    uintptr_t base;       /* 0 = empty slot */
+    size_t map_size;
+    uint32_t freed_at_ms; /* for the purge delay */
+};
+
+struct spin_lock g_huge_lock = SPIN_LOCK_INIT;
+static struct huge_entry *table;  /* huge lock */
+static size_t table_capacity;     /* huge lock; power of two */
+static size_t table_used;         /* huge lock; live + deleted entries */
+#define CACHE_SLOTS 8
+static struct cached_mapping cache[CACHE_SLOTS]; /* huge lock */
+
+_Atomic uint64_t g_huge_count, g_huge_bytes, g_huge_max_bytes, g_huge_max_count;
+_Atomic uint64_t g_huge_cached_bytes;
+
+static size_t hash_address(uintptr_t a) { return (size_t)((a >> 12) * 0x9E3779B97F4A7C15ull); }
+
+static struct huge_entry *table_find(uintptr_t user) {
+    if (table_capacity == 0) return NULL;
+    size_t mask = table_capacity - 1;
+    for (size_t i = hash_address(user) & mask;; i = (i + 1) & mask) {
+        if (table[i].user == user) return &table[i];
+        if (table[i].user == 0) return NULL;
+    }
+}
+
+static bool table_grow(void) {
+    size_t capacity = table_capacity ? table_capacity * 2 : 1024;
+    struct huge_entry *fresh = os_map(capacity * sizeof *fresh);
+    if (fresh == NULL) return false;
+    for (size_t j = 0; j < table_capacity; j++) {
+        if (table[j].user <= 1) continue;
+        size_t i = hash_address(table[j].user) & (capacity - 1);
+        while (fresh[i].user) i = (i + 1) & (capacity - 1);
+        fresh[i] = table[j];
+    }
+    size_t live = 0;
+    for (size_t j = 0; j < table_capacity; j++) live += table[j].user > 1;
+    if (table) os_unmap(table, table_capacity * sizeof *table);
+    table = fresh;
+    table_capacity = capacity;
+    table_used = live;
+    return true;
+}
+
+static bool table_insert(struct huge_entry entry) {
+    if ((table_used + 1) * 4 > table_capacity * 3 && !table_grow()) return false;
+    size_t mask = table_capacity - 1;
+    size_t i = hash_address(entry.user) & mask;
+    while (table[i].user > 1) i = (i + 1) & mask;
+    if (table[i].user == 0) table_used++;
+    table[i] = entry;
+    return true;
+}
+
+static void note_live(size_t map_size, bool add) {
+    /* relaxed: statistics for mallinfo and the mmap_max limit. */
+    if (add) {
+        uint64_t count = atomic_fetch_add_explicit(&g_huge_count, 1, memory_order_relaxed) + 1;
+        uint64_t bytes =
+            atomic_fetch_add_explicit(&g_huge_bytes, map_size, memory_order_relaxed) + map_size;
+        if (count > atomic_load_explicit(&g_huge_max_count, memory_order_relaxed))
+            atomic_store_explicit(&g_huge_max_count, count, memory_order_relaxed);
+        if (bytes > atomic_load_explicit(&g_huge_max_bytes, memory_order_relaxed))
+            atomic_store_explicit(&g_huge_max_bytes, bytes, memory_order_relaxed);
+    } else {
+        atomic_fetch_sub_explicit(&g_huge_count, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&g_huge_bytes, map_size, memory_order_relaxed);
+    }
+}
+
+/* Takes a cached mapping of a fitting size (at most twice what is needed). */
+static struct cached_mapping cache_take(size_t map_size) {
+    struct cached_mapping best = {0, 0, 0};
+    int best_slot = -1;
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        size_t s = cache[i].map_size;
+        if (cache[i].base && s >= map_size && s / 2 <= map_size &&
+            (best_slot < 0 || s < cache[best_slot].map_size))
+            best_slot = i;
+    }
+    if (best_slot >= 0) {
+        best = cache[best_slot];
+        cache[best_slot].base = 0;
+        atomic_fetch_sub_explicit(&g_huge_cached_bytes, best.map_size, memory_order_relaxed);
+    }
+    return best;
+}
+
+void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
+    if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
+    if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
+    size_t map_size = (size + (alignment - OS_PAGE_SIZE) + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
+    uintptr_t base = 0;
+    size_t mapped = map_size;
+    bool reused = false;
+    if (retain_on_free) {
+        spin_lock(&g_huge_lock);
+        struct cached_mapping c = cache_take(map_size);
+        spin_unlock(&g_huge_lock);
+        if (c.base) {
+            base = c.base;
+            mapped = c.map_size;
+            reused = true;
+        }
+    }
+    if (base == 0) {
+        base = (uintptr_t)os_map(map_size);
+        if (base == 0) {
+            /* Memory is short: give cached mappings back and try once more. */
+            if (huge_cache_trim(true, 0)) base = (uintptr_t)os_map(map_size);
+            if (base == 0) return NULL;
+        }
+    }
+    uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    struct huge_entry entry = {user, base, mapped, retain_on_free};
+    spin_lock(&g_huge_lock);
+    bool ok = table_insert(entry);
+    spin_unlock(&g_huge_lock);
+    if (!ok) {
+        os_unmap((void *)base, mapped);
+        return NULL;
+    }
+    note_live(mapped, true);
+    if (reused && zero_needed) memset((void *)user, 0, size);
+    return (void *)user;
+}
+
+bool huge_free(void *p) {
+    spin_lock(&g_huge_lock);
+    struct huge_entry *found = table_find((uintptr_t)p);
+    if (found == NULL) {
+        spin_unlock(&g_huge_lock);
+        return false;
+    }
+    struct huge_entry entry = *found;
+    found->user = 1; /* deleted */
+    bool cached = false;
+    if (entry.retain && !g_options.aggressive_madvise && entry.map_size < g_options.mmap_threshold) {
+        for (int i = 0; i < CACHE_SLOTS && !cached; i++) {
+            if (cache[i].base == 0) {
+                cache[i] = (struct cached_mapping){entry.base, entry.map_size, clock_ms()};
+                cached = true;
+            }
+        }
+    }
+    spin_unlock(&g_huge_lock);
+    note_live(entry.map_size, false);
+    if (cached) {
+        atomic_fetch_add_explicit(&g_huge_cached_bytes, entry.map_size, memory_order_relaxed);
+        purge_after_free();
+        return true;
+    }
+    os_unmap((void *)entry.base, entry.map_size);
+    if (!entry.retain) options_note_huge_free(entry.map_size);
+    return true;
+}
+
+size_t huge_usable_size(const void *p) {
+    spin_lock(&g_huge_lock);
+    struct huge_entry *found = table_find((uintptr_t)p);
+    size_t usable = found ? found->base + found->map_size - found->user : 0;
+    spin_unlock(&g_huge_lock);
+    return usable;
+}
+
+/* Grows or shrinks in place when the mapping allows, else moves it with
+ * mremap. NULL: the caller copies instead (p untouched). */
+void *huge_realloc(void *p, size_t size) {
+    if (size <= LARGE_MAX / 2 || size > PTRDIFF_MAX - OS_PAGE_SIZE) return NULL;
+    size_t map_size = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
+    spin_lock(&g_huge_lock);
+    struct huge_entry *found = table_find((uintptr_t)p);
+    if (found == NULL || found->user != found->base) {
+        spin_unlock(&g_huge_lock);
+        return NULL;
+    }
+    struct huge_entry entry = *found;
+    if (map_size <= entry.map_size && map_size >= entry.map_size / 2) {
+        spin_unlock(&g_huge_lock);
+        return p;
+    }
+    found->user = 1; /* out of the table while it moves */
+    spin_unlock(&g_huge_lock);
+    void *moved = os_remap((void *)entry.base, entry.map_size, map_size);
+    struct huge_entry updated = entry;
+    if (moved) {
+        updated.user = updated.base = (uintptr_t)moved;
+        updated.map_size = map_size;
+    }
+    spin_lock(&g_huge_lock);
+    bool ok = table_insert(updated);
+    spin_unlock(&g_huge_lock);
+    if (!ok) fatal_error("realloc(): out of memory for metadata");
+    if (moved) {
+        note_live(entry.map_size, false);
+        note_live(map_size, true);
+    }
+    return moved;
+}
+
+/* Unmaps cached mappings: all, or those unused for the purge delay. */
+bool huge_cache_trim(bool everything, uint32_t now) {
+    bool released = false;
+    for (int i = 0; i < CACHE_SLOTS; i++) {
+        spin_lock(&g_huge_lock);
+        struct cached_mapping c = cache[i];
+        bool take = c.base && (everything ||
+                               (uint32_t)(now - c.freed_at_ms) >= g_options.purge_delay_ms);
+        if (take) cache[i].base = 0;
+        spin_unlock(&g_huge_lock);
+        if (!take) continue;
+        atomic_fetch_sub_explicit(&g_huge_cached_bytes, c.map_size, memory_order_relaxed);
+        os_unmap((void *)c.base, c.map_size);
+        released = true;
+    }
+    return released;
+}

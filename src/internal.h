@@ -1,0 +1,179 @@
+/* Declarations shared between tidemalloc's files, and the small inline helpers
+ * that the fast paths need. Layering (a file may call those below it):
+ *
+ *   api: alloc.c free.c (public entry points), stats.c, options.c (mallopt)
+ *   heap.c     thread heaps, class queues, slow paths, thread exit
+ *   page.c     carving pages into blocks, collecting remote frees
+ *   segment.c  segments, slice bitmaps, registry, abandoned list
+ *   huge.c     direct mappings      purge.c  release policy, malloc_trim
+ *   os.c       every syscall, counted   format.c  output without malloc
+ */
+#ifndef TIDEMALLOC_INTERNAL_H
+#define TIDEMALLOC_INTERNAL_H
+
+#include "types.h"
+#include "lock.h"
+
+#define likely(x)   __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define INTERNAL    __attribute__((visibility("hidden")))
+#define NOINLINE    __attribute__((noinline))
+#define NORETURN    __attribute__((noreturn))
+
+/* ---- options.c: every tunable in one table ---- */
+struct options {
+    size_t trim_threshold;   /* retained free bytes kept before releasing */
+    size_t top_pad;          /* extra bytes kept on top of the threshold */
+    size_t mmap_threshold;   /* requests at/above this are mapped on their own */
+    int mmap_max;            /* most live direct mappings (0: never map directly) */
+    bool dynamic_threshold;  /* glibc's adaptive mmap threshold still on */
+    bool aggressive_madvise; /* seed 001: release free pages at once */
+    bool background_purge;   /* a helper thread releases memory of idle processes */
+    bool print_stats;        /* TIDEMALLOC_STATS=1: summary at exit */
+    uint32_t purge_delay_ms; /* how long free memory stays before release */
+    int perturb;             /* MALLOC_PERTURB_ byte (0: off) */
+    int check_action;        /* MALLOC_CHECK_ value (accepted) */
+};
+extern struct options g_options INTERNAL;
+void options_init_from_environment(void) INTERNAL;
+void options_note_huge_free(size_t size) INTERNAL;
+
+/* ---- init.c ---- */
+extern uintptr_t g_free_key INTERNAL;  /* marks a free block (double-free test) */
+extern uintptr_t g_link_key INTERNAL;  /* mixed into every encoded free link */
+extern _Atomic int g_initialized INTERNAL;
+void allocator_init(void) INTERNAL;     /* idempotent, thread-safe */
+uint32_t clock_ms(void) INTERNAL;       /* monotonic milliseconds */
+
+/* ---- format.c ---- */
+NORETURN void fatal_error(const char *message) INTERNAL; /* "message" + abort */
+void write_string(int fd, const char *s) INTERNAL;
+struct out_buffer {
+    int fd;
+    size_t length;
+    char data[512];
+};
+void out_string(struct out_buffer *out, const char *s) INTERNAL;
+void out_unsigned(struct out_buffer *out, uint64_t value) INTERNAL;
+void out_flush(struct out_buffer *out) INTERNAL;
+
+/* ---- os.c: the only file making memory syscalls; each one counted ---- */
+struct os_counters {
+    _Atomic uint64_t mmap_calls, munmap_calls, madvise_calls, mremap_calls;
+    _Atomic uint64_t bytes_mapped, bytes_released, purge_runs;
+};
+extern struct os_counters g_os INTERNAL;
+void *os_map(size_t size) INTERNAL; /* NULL on failure */
+void os_unmap(void *address, size_t size) INTERNAL;
+bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
+void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
+void *os_map_segment(void) INTERNAL; /* SEGMENT_SIZE-aligned, NULL on failure */
+
+/* ---- size classes ---- */
+extern const uint8_t g_class_of_small[65] INTERNAL; /* (size + 15) >> 4 -> class, to 1 KiB */
+extern const uint32_t g_class_size[SMALL_CLASS_COUNT] INTERNAL;
+extern const uint8_t g_class_slices[SMALL_CLASS_COUNT] INTERNAL;
+
+static inline unsigned size_class_of(size_t size) {
+    if (likely(size <= 1024)) return g_class_of_small[(size + 15) >> 4];
+    size_t w = size - 1;
+    unsigned bit = 63u - (unsigned)__builtin_clzl(w);
+    return 9u + (bit - 7u) * 4u + (unsigned)((w >> (bit - 2u)) & 3u);
+}
+
+/* ---- segment.c ---- */
+extern _Atomic uint64_t g_segment_map[] INTERNAL; /* bit per possible segment */
+static inline bool segment_map_contains(uintptr_t address) {
+    uintptr_t index = address >> SEGMENT_SHIFT;
+    if (unlikely(index >= ((uintptr_t)1 << (47 - SEGMENT_SHIFT)))) return false;
+    /* relaxed: a pointer we returned was registered before it was handed out,
+     * and the hand-out itself orders the caller after the registration. */
+    uint64_t word = atomic_load_explicit(&g_segment_map[index >> 6], memory_order_relaxed);
+    return (word >> (index & 63)) & 1;
+}
+static inline struct segment *segment_of(const void *p) {
+    return (struct segment *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);
+}
+static inline struct page *page_of(struct segment *segment, const void *p) {
+    struct page *slice = &segment->pages[((uintptr_t)p - (uintptr_t)segment) >> SLICE_SHIFT];
+    return slice - slice->slice_offset;
+}
+struct segment *segment_acquire(struct heap *heap) INTERNAL; /* new, cached or adopted */
+struct page *segment_page_alloc(struct heap *heap, unsigned slices) INTERNAL;
+void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
+void segment_abandon(struct segment *segment) INTERNAL;
+struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
+void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
+size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
+extern struct spin_lock g_registry_lock INTERNAL;
+extern struct segment *g_registry INTERNAL;
+extern struct spin_lock g_abandoned_lock INTERNAL;
+extern struct spin_lock g_segment_cache_lock INTERNAL;
+extern _Atomic uint64_t g_segment_count INTERNAL;
+extern _Atomic uint64_t g_retained_bytes INTERNAL; /* free slices not yet released */
+bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
+
+/* ---- page.c ---- */
+void page_init(struct page *page, unsigned class_index, size_t block_size) INTERNAL;
+bool page_extend(struct page *page) INTERNAL; /* carve more blocks; false if full */
+uint32_t page_collect_remote(struct page *page) INTERNAL; /* returns blocks collected */
+NORETURN void report_corrupt_free_list(void) INTERNAL;
+
+static inline struct block *block_link_decode(const struct block *b) {
+    return (struct block *)(b->next_encoded ^ ((uintptr_t)b >> 12) ^ g_link_key);
+}
+static inline void block_link_set(struct block *b, struct block *next) {
+    b->next_encoded = (uintptr_t)next ^ ((uintptr_t)b >> 12) ^ g_link_key;
+}
+/* A decoded link must stay in its segment: a wild write is caught here. */
+static inline void block_link_check(const struct block *b, const struct block *next) {
+    if (unlikely((((uintptr_t)next ^ (uintptr_t)b) >> SEGMENT_SHIFT) != 0 && next != NULL))
+        report_corrupt_free_list();
+}
+
+/* ---- heap.c ---- */
+extern __thread struct heap *t_heap __attribute__((tls_model("initial-exec"))) INTERNAL;
+extern struct heap g_empty_heap INTERNAL;
+extern struct page g_empty_page INTERNAL;
+extern struct spin_lock g_heaps_lock INTERNAL;
+extern struct heap *g_heaps INTERNAL;
+extern _Atomic uint64_t g_heap_count INTERNAL;
+void *heap_malloc_slow(struct heap *heap, size_t size) INTERNAL;
+void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) INTERNAL;
+void heap_atfork_child(void) INTERNAL;
+void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) INTERNAL;
+void heap_page_empty(struct heap *heap, struct page *page) INTERNAL;
+void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
+struct heap *heap_for_thread(void) INTERNAL; /* creates this thread's heap if needed */
+void heap_double_free_check(struct heap *heap, struct page *page, struct block *b) INTERNAL;
+
+/* ---- huge.c ---- */
+void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
+bool huge_free(void *p) INTERNAL;             /* false: not ours */
+size_t huge_usable_size(const void *p) INTERNAL; /* 0: not ours */
+void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
+extern struct spin_lock g_huge_lock INTERNAL;
+bool huge_cache_trim(bool everything, uint32_t now) INTERNAL;
+extern _Atomic uint64_t g_huge_count INTERNAL;
+extern _Atomic uint64_t g_huge_bytes INTERNAL;
+extern _Atomic uint64_t g_huge_max_bytes INTERNAL;
+extern _Atomic uint64_t g_huge_max_count INTERNAL;
+extern _Atomic uint64_t g_huge_cached_bytes INTERNAL;
+
+/* ---- purge.c ---- */
+void purge_after_free(void) INTERNAL; /* called on slow paths that retained memory */
+bool purge_everything(size_t pad) INTERNAL;
+void purge_atfork_child(void) INTERNAL;
+
+/* ---- free.c / alloc.c ---- */
+NORETURN void report_invalid_pointer(const char *function) INTERNAL;
+size_t block_usable_size(const void *p, const char *function) INTERNAL;
+void free_internal(void *p) INTERNAL;
+
+/* ---- stats.c ---- */
+void stats_print_at_exit(void) INTERNAL;
+
+/* ---- fork.c ---- */
+void fork_handlers_install(void) INTERNAL;
+
+#endif

@@ -1,0 +1,35 @@
+/* A small spin lock for the allocator's rare shared slow paths (segment
+ * registry, abandoned list, huge table). It never allocates, so it is safe
+ * inside malloc, and pthread_atfork can hold it across fork. */
+#ifndef TIDEMALLOC_LOCK_H
+#define TIDEMALLOC_LOCK_H
+
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+struct spin_lock {
+    _Atomic int held;
+};
+#define SPIN_LOCK_INIT {0}
+
+static inline bool spin_try_lock(struct spin_lock *lock) {
+    return atomic_exchange_explicit(&lock->held, 1, memory_order_acquire) == 0;
+}
+
+static inline void spin_lock(struct spin_lock *lock) {
+    for (unsigned spins = 0;; spins++) {
+        if (spin_try_lock(lock)) return;
+        /* relaxed: only a hint to retry; the exchange above synchronizes. */
+        while (atomic_load_explicit(&lock->held, memory_order_relaxed)) {
+            if (++spins > 64) sched_yield();
+            else __builtin_ia32_pause();
+        }
+    }
+}
+
+static inline void spin_unlock(struct spin_lock *lock) {
+    atomic_store_explicit(&lock->held, 0, memory_order_release);
+}
+
+#endif

@@ -1,0 +1,214 @@
+/* Every tunable in one place: glibc's mallopt parameters, its MALLOC_*_
+ * environment variables and GLIBC_TUNABLES=glibc.malloc.*, and our own.
+ * The environment is read without allocating, and not at all in set-uid
+ * programs (AT_SECURE), as glibc does. */
+#define _GNU_SOURCE
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <unistd.h>
+
+#include "../include/tidemalloc.h"
+#include "internal.h"
+
+#define API __attribute__((visibility("default")))
+#define DEFAULT_MMAP_THRESHOLD     ((size_t)128 << 10)
+#define DEFAULT_TRIM_THRESHOLD     ((size_t)128 << 10)
+#define DEFAULT_MMAP_THRESHOLD_MAX ((size_t)32 << 20) /* glibc's on 64-bit */
+#define DEFAULT_MMAP_MAX           65536
+#define DEFAULT_PURGE_DELAY_MS     1000
+
+struct options g_options = {
+    .trim_threshold = DEFAULT_TRIM_THRESHOLD,
+    .top_pad = 0,
+    .mmap_threshold = DEFAULT_MMAP_THRESHOLD,
+    .mmap_max = DEFAULT_MMAP_MAX,
+    .dynamic_threshold = true,
+    .aggressive_madvise = false,
+    .background_purge = true,
+    .print_stats = false,
+    .purge_delay_ms = DEFAULT_PURGE_DELAY_MS,
+    .perturb = 0,
+    .check_action = 0,
+};
+
+extern size_t g_small_limit INTERNAL;
+static struct spin_lock options_lock = SPIN_LOCK_INIT;
+
+static void small_limit_update(void) {
+    size_t limit = g_options.mmap_max == 0 || g_options.mmap_threshold > SMALL_MAX
+                       ? SMALL_MAX
+                       : g_options.mmap_threshold - 1;
+    g_small_limit = limit;
+}
+
+/* glibc: freeing a mapped block raises the mmap threshold to its size (up to
+ * 32 MiB) and the trim threshold to twice that, until the user sets one. */
+void options_note_huge_free(size_t size) {
+    if (!g_options.dynamic_threshold) return;
+    spin_lock(&options_lock);
+    if (g_options.dynamic_threshold && size > g_options.mmap_threshold &&
+        size <= DEFAULT_MMAP_THRESHOLD_MAX) {
+        g_options.mmap_threshold = size;
+        g_options.trim_threshold = 2 * size;
+        small_limit_update();
+    }
+    spin_unlock(&options_lock);
+}
+
+static int set_option(int param, long value) {
+    switch (param) {
+    case M_TRIM_THRESHOLD:
+        g_options.trim_threshold = (size_t)value;
+        g_options.dynamic_threshold = false;
+        return 1;
+    case M_TOP_PAD:
+        g_options.top_pad = (size_t)value;
+        g_options.dynamic_threshold = false;
+        return 1;
+    case M_MMAP_THRESHOLD:
+        if ((unsigned long)value > DEFAULT_MMAP_THRESHOLD_MAX) return 0;
+        g_options.mmap_threshold = (size_t)value;
+        g_options.dynamic_threshold = false;
+        small_limit_update();
+        return 1;
+    case M_MMAP_MAX:
+        g_options.mmap_max = (int)value;
+        g_options.dynamic_threshold = false;
+        small_limit_update();
+        return 1;
+    case M_MXFAST: /* no fastbins here; glibc's range check is kept */
+        return value >= 0 && value <= 160;
+    case M_PERTURB:
+        g_options.perturb = (int)value & 0xff;
+        return 1;
+    case M_CHECK_ACTION:
+        g_options.check_action = (int)value;
+        return 1;
+    case M_ARENA_TEST:
+    case M_ARENA_MAX: /* one heap per thread, no arenas: accepted */
+        return value > 0;
+    case M_AGGRESSIVE_MADVISE:
+        if (value != 0 && value != 1) return 0;
+        g_options.aggressive_madvise = value == 1;
+        return 1;
+    case M_PURGE_DELAY_MS:
+        if (value < 0 || value > 3600000) return 0;
+        g_options.purge_delay_ms = (uint32_t)value;
+        return 1;
+    case M_BACKGROUND_PURGE:
+        if (value != 0 && value != 1) return 0;
+        g_options.background_purge = value == 1;
+        return 1;
+    default:
+        return 1; /* glibc accepts unknown parameters */
+    }
+}
+
+API int mallopt(int param, int value) {
+    allocator_init();
+    spin_lock(&options_lock);
+    int result = set_option(param, value);
+    spin_unlock(&options_lock);
+    return result;
+}
+
+/* Decimal, 0x hex or 0 octal, like strtoul; false on anything else. */
+static bool parse_number(const char *s, size_t length, long *out) {
+    unsigned long value = 0, base = 10;
+    size_t i = 0;
+    if (length == 0) return false;
+    if (length > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) base = 16, i = 2;
+    else if (length > 1 && s[0] == '0') base = 8, i = 1;
+    for (; i < length; i++) {
+        unsigned digit;
+        char c = s[i];
+        if (c >= '0' && c <= '9') digit = (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f') digit = (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F') digit = (unsigned)(c - 'A' + 10);
+        else return false;
+        if (digit >= base || value > (0x7fffffffUL - digit) / base) return false;
+        value = value * base + digit;
+    }
+    *out = (long)value;
+    return true;
+}
+
+/* name=value pairs from the environment and from GLIBC_TUNABLES. */
+struct tunable {
+    const char *env_name;     /* MALLOC_*_ style variable, or NULL */
+    const char *tunable_name; /* glibc.malloc.<name>, or NULL */
+    int param;                /* mallopt parameter it maps to, or 0: accepted, no effect */
+};
+
+static const struct tunable tunables[] = {
+    {"MALLOC_TRIM_THRESHOLD_", "trim_threshold", M_TRIM_THRESHOLD},
+    {"MALLOC_TOP_PAD_", "top_pad", M_TOP_PAD},
+    {"MALLOC_MMAP_THRESHOLD_", "mmap_threshold", M_MMAP_THRESHOLD},
+    {"MALLOC_MMAP_MAX_", "mmap_max", M_MMAP_MAX},
+    {"MALLOC_PERTURB_", "perturb", M_PERTURB},
+    {"MALLOC_CHECK_", "check", M_CHECK_ACTION},
+    {"MALLOC_ARENA_MAX", "arena_max", M_ARENA_MAX},
+    {"MALLOC_ARENA_TEST", "arena_test", M_ARENA_TEST},
+    {NULL, "mxfast", M_MXFAST},
+    {NULL, "tcache_max", 0},
+    {NULL, "tcache_count", 0},
+    {NULL, "tcache_unsorted_limit", 0},
+    {NULL, "hugetlb", 0},
+    {"MALLOC_AGGRESSIVE_MADVISE_", "aggressive_madvise", M_AGGRESSIVE_MADVISE},
+    {"TIDEMALLOC_PURGE_DELAY_MS", NULL, M_PURGE_DELAY_MS},
+    {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE},
+};
+
+static void apply(int param, const char *value, size_t length) {
+    long number;
+    if (param != 0 && parse_number(value, length, &number)) set_option(param, number);
+}
+
+static void parse_glibc_tunables(const char *s) {
+    static const char prefix[] = "glibc.malloc.";
+    while (*s) {
+        const char *end = s;
+        while (*end && *end != ':') end++;
+        const char *eq = s;
+        while (eq < end && *eq != '=') eq++;
+        size_t prefix_length = sizeof prefix - 1;
+        if (eq < end && (size_t)(eq - s) > prefix_length && memcmp(s, prefix, prefix_length) == 0) {
+            const char *name = s + prefix_length;
+            size_t name_length = (size_t)(eq - name);
+            for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++) {
+                const char *t = tunables[i].tunable_name;
+                if (t && strlen(t) == name_length && memcmp(t, name, name_length) == 0)
+                    apply(tunables[i].param, eq + 1, (size_t)(end - eq - 1));
+            }
+        }
+        s = *end ? end + 1 : end;
+    }
+}
+
+void options_init_from_environment(void) {
+    extern char **environ;
+    if (getauxval(AT_SECURE)) return;
+    char **env = environ;
+    if (env == NULL) return;
+    for (; *env; env++) {
+        const char *entry = *env;
+        if (strncmp(entry, "GLIBC_TUNABLES=", 15) == 0) {
+            parse_glibc_tunables(entry + 15);
+            continue;
+        }
+        if (strncmp(entry, "TIDEMALLOC_STATS=", 17) == 0) {
+            g_options.print_stats = entry[17] != '\0' && entry[17] != '0';
+            continue;
+        }
+        for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++) {
+            const char *name = tunables[i].env_name;
+            if (name == NULL) continue;
+            size_t n = strlen(name);
+            if (strncmp(entry, name, n) == 0 && entry[n] == '=')
+                apply(tunables[i].param, entry + n + 1, strlen(entry + n + 1));
+        }
+    }
+    small_limit_update();
+}

@@ -1,0 +1,146 @@
+/* The release policy, one for every heap (DESIGN.md lessons 1 and 2).
+ * Free slices stay resident ("retained") while the process-wide retained
+ * total is at most trim_threshold + top_pad. Above that, ranges that have
+ * stayed free for purge_delay_ms are released in coalesced madvise calls by
+ * one thread at a time, never from the free fast path; passes are at most
+ * one per half delay, so release syscalls per second stay bounded. An idle
+ * process is served by a helper thread, started only once something waits. */
+#define _GNU_SOURCE
+#include <linux/futex.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define API __attribute__((visibility("default")))
+
+struct spin_lock g_purge_lock = SPIN_LOCK_INIT; /* one purger at a time */
+static _Atomic uint32_t last_pass_ms;           /* start of the latest pass */
+static _Atomic int purger_state;                /* 0: none, 1: starting, 2: running */
+static _Atomic uint32_t purger_request;         /* futex word: 1 = work waiting */
+#define PURGER_IDLE_PASSES 3 /* empty passes before the helper sleeps for good */
+
+static uint64_t retained_total(void) {
+    /* relaxed: a trigger; a slightly stale total only shifts a pass a little. */
+    return atomic_load_explicit(&g_retained_bytes, memory_order_relaxed) +
+           atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed);
+}
+
+static uint64_t retain_limit(void) {
+    uint64_t limit = g_options.trim_threshold + g_options.top_pad;
+    return limit < g_options.trim_threshold ? UINT64_MAX : limit;
+}
+
+/* Releases what has been free for min_age_ms (everything: also the cached
+ * segments and mappings). Returns true if anything went back. */
+static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything) {
+    size_t released = 0;
+    spin_lock(&g_registry_lock);
+    for (struct segment *s = g_registry; s; s = s->all_next)
+        released += segment_purge(s, now, min_age_ms);
+    spin_unlock(&g_registry_lock);
+    bool any = released > 0;
+    any |= huge_cache_trim(everything, now);
+    any |= segment_cache_trim(everything, now);
+    /* relaxed: statistic */
+    if (any) atomic_fetch_add_explicit(&g_os.purge_runs, 1, memory_order_relaxed);
+    return any;
+}
+
+static void futex_wait(_Atomic uint32_t *word, uint32_t value) {
+    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
+}
+
+static void sleep_ms(uint32_t ms) {
+    struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0) {
+    }
+}
+
+static void *purger_main(void *unused) {
+    (void)unused;
+    for (;;) {
+        /* acquire: pairs with the waker's exchange; nothing else is shared. */
+        while (atomic_exchange_explicit(&purger_request, 0, memory_order_acquire) == 0)
+            futex_wait(&purger_request, 0);
+        for (int idle = 0; idle < PURGER_IDLE_PASSES;) {
+            uint32_t delay = g_options.purge_delay_ms;
+            sleep_ms(delay > 10 ? delay : 10);
+            if (retained_total() <= retain_limit()) break;
+            spin_lock(&g_purge_lock);
+            uint32_t now = clock_ms();
+            atomic_store_explicit(&last_pass_ms, now, memory_order_relaxed); /* a hint */
+            bool any = purge_pass(now, delay, false);
+            spin_unlock(&g_purge_lock);
+            idle = any ? 0 : idle + 1;
+        }
+    }
+    return NULL;
+}
+
+static void purger_wake(void) {
+    if (!g_options.background_purge) return;
+    int state = atomic_load_explicit(&purger_state, memory_order_acquire);
+    if (state == 0) {
+        if (!atomic_compare_exchange_strong_explicit(&purger_state, &state, 1,
+                                                     memory_order_acq_rel, memory_order_acquire))
+            return;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        pthread_attr_setstacksize(&attr, 128 * 1024);
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* the helper takes no signals */
+        pthread_t thread;
+        bool ok = pthread_create(&thread, &attr, purger_main, NULL) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        pthread_attr_destroy(&attr);
+        atomic_store_explicit(&purger_state, ok ? 2 : 0, memory_order_release);
+        if (!ok) return;
+    } else if (state == 1) {
+        return;
+    }
+    /* release: the helper's acquire exchange sees the state that asked. */
+    if (atomic_exchange_explicit(&purger_request, 1, memory_order_release) == 0)
+        syscall(SYS_futex, &purger_request, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+void purge_after_free(void) {
+    if (retained_total() <= retain_limit()) return;
+    uint32_t now = clock_ms();
+    uint32_t delay = g_options.purge_delay_ms;
+    uint32_t interval = delay / 2 > 1 ? delay / 2 : 1;
+    /* relaxed: rate limiting only; the purge lock serialises passes. */
+    uint32_t last = atomic_load_explicit(&last_pass_ms, memory_order_relaxed);
+    if ((uint32_t)(now - last) >= interval && spin_try_lock(&g_purge_lock)) {
+        atomic_store_explicit(&last_pass_ms, now, memory_order_relaxed);
+        purge_pass(now, delay, false);
+        spin_unlock(&g_purge_lock);
+    }
+    if (retained_total() > retain_limit()) purger_wake();
+}
+
+bool purge_everything(size_t pad) {
+    if (retained_total() <= pad) return false;
+    spin_lock(&g_purge_lock);
+    bool any = purge_pass(clock_ms(), 0, true);
+    spin_unlock(&g_purge_lock);
+    return any;
+}
+
+void purge_atfork_child(void) {
+    atomic_store_explicit(&purger_state, 0, memory_order_relaxed); /* no helper in the child */
+    atomic_store_explicit(&purger_request, 0, memory_order_relaxed);
+}
+
+API int malloc_trim(size_t pad) {
+    allocator_init();
+    extern void heap_collect_current(void) INTERNAL;
+    heap_collect_current();
+    return purge_everything(pad) ? 1 : 0;
+}

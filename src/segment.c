@@ -1,0 +1,343 @@
+/* Segments: aligned 4 MiB regions carved into 64 KiB slices. This file owns
+ * the slice bitmaps (which slices are free, which may be resident), the
+ * registry of all segments (for purging and trimming from any thread), the
+ * cache of empty segments and the list of abandoned ones. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "internal.h"
+
+/* One bit per possible segment in the 47-bit user address space: 4 MiB of
+ * zero-initialised .bss, of which only the pages for addresses in use are ever
+ * touched. */
+_Atomic uint64_t g_segment_map[((size_t)1 << (47 - SEGMENT_SHIFT)) / 64];
+
+struct spin_lock g_registry_lock = SPIN_LOCK_INIT;
+struct segment *g_registry; /* all live segments (registry lock) */
+struct spin_lock g_abandoned_lock = SPIN_LOCK_INIT;
+static struct segment *abandoned_list; /* segments whose thread exited (abandoned lock) */
+struct spin_lock g_segment_cache_lock = SPIN_LOCK_INIT;
+static struct segment *segment_cache; /* empty segments kept for reuse (cache lock) */
+static unsigned segment_cache_count;  /* cache lock */
+#define SEGMENT_CACHE_MAX 16
+
+_Atomic uint64_t g_segment_count;
+_Atomic uint64_t g_retained_bytes;
+
+static void segment_map_set(struct segment *segment, bool present) {
+    uintptr_t index = (uintptr_t)segment >> SEGMENT_SHIFT;
+    uint64_t bit = (uint64_t)1 << (index & 63);
+    /* release: a reader that sees the bit also sees the initialised header. */
+    if (present) atomic_fetch_or_explicit(&g_segment_map[index >> 6], bit, memory_order_release);
+    else atomic_fetch_and_explicit(&g_segment_map[index >> 6], ~bit, memory_order_release);
+}
+
+static void retained_add(uint64_t slices_mask, bool add) {
+    uint64_t bytes = (uint64_t)__builtin_popcountll(slices_mask) * SLICE_SIZE;
+    /* relaxed: a statistic and a purge trigger; exact ordering is not needed. */
+    if (add) atomic_fetch_add_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
+    else atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
+}
+
+static struct segment *segment_create(void) {
+    struct segment *segment = os_map_segment();
+    if (segment == NULL) return NULL;
+    /* Fresh mapping reads as zero: only the non-zero fields need setting. */
+    segment->free_slices = ~(uint64_t)1; /* every slice but the header */
+    segment->dirty_slices = 1;
+    spin_lock(&g_registry_lock);
+    segment->all_next = g_registry;
+    if (g_registry) g_registry->all_prev = segment;
+    g_registry = segment;
+    spin_unlock(&g_registry_lock);
+    segment_map_set(segment, true);
+    atomic_fetch_add_explicit(&g_segment_count, 1, memory_order_relaxed); /* statistic */
+    return segment;
+}
+
+static void segment_destroy(struct segment *segment) {
+    spin_lock(&g_registry_lock);
+    if (segment->all_prev) segment->all_prev->all_next = segment->all_next;
+    else g_registry = segment->all_next;
+    if (segment->all_next) segment->all_next->all_prev = segment->all_prev;
+    spin_unlock(&g_registry_lock);
+    segment_map_set(segment, false);
+    retained_add(segment->free_slices & segment->dirty_slices & ~(uint64_t)1, false);
+    atomic_fetch_sub_explicit(&g_segment_count, 1, memory_order_relaxed); /* statistic */
+    os_unmap(segment, SEGMENT_SIZE);
+}
+
+static void list_push(struct segment **list, struct segment *segment) {
+    segment->prev = NULL;
+    segment->next = *list;
+    if (*list) (*list)->prev = segment;
+    *list = segment;
+}
+
+static void list_remove(struct segment **list, struct segment *segment) {
+    if (segment->prev) segment->prev->next = segment->next;
+    else *list = segment->next;
+    if (segment->next) segment->next->prev = segment->prev;
+    segment->next = segment->prev = NULL;
+}
+
+static void segment_take_ownership(struct heap *heap, struct segment *segment) {
+    segment->heap = heap;
+    /* relaxed: other threads only compare it with their own id; a stale value
+     * sends them down the remote-free path, which is always correct. */
+    atomic_store_explicit(&segment->owner_id, heap->id, memory_order_relaxed);
+    segment->in_full_list = 0;
+    list_push(&heap->segments_avail, segment);
+}
+
+/* A heap needs room: adopt an abandoned segment, reuse a cached one, or map. */
+struct segment *segment_acquire(struct heap *heap) {
+    struct segment *segment = segment_try_adopt(heap);
+    if (segment) return segment;
+    spin_lock(&g_segment_cache_lock);
+    segment = segment_cache;
+    if (segment) {
+        segment_cache = segment->next;
+        segment_cache_count--;
+    }
+    spin_unlock(&g_segment_cache_lock);
+    if (segment == NULL) segment = segment_create();
+    if (segment == NULL) return NULL;
+    segment->used_pages = 0;
+    segment_take_ownership(heap, segment);
+    return segment;
+}
+
+/* Lowest run of `count` consecutive set bits in `mask`, preferring runs that
+ * start on a dirty slice (reusing resident memory saves page faults). */
+static int find_free_run(uint64_t free_mask, uint64_t dirty, unsigned count) {
+    uint64_t starts = free_mask;
+    for (unsigned i = 1; i < count && starts; i++) starts &= free_mask >> i;
+    if (starts == 0) return -1;
+    uint64_t warm = starts & dirty;
+    return __builtin_ctzll(warm ? warm : starts);
+}
+
+static uint64_t run_mask(unsigned first, unsigned count) {
+    return (count >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << count) - 1)) << first;
+}
+
+static struct page *segment_take_run(struct heap *heap, struct segment *segment, unsigned count) {
+    spin_lock(&segment->lock);
+    int first = find_free_run(segment->free_slices, segment->dirty_slices, count);
+    if (first < 0) {
+        spin_unlock(&segment->lock);
+        return NULL;
+    }
+    uint64_t mask = run_mask((unsigned)first, count);
+    uint64_t was_dirty = segment->dirty_slices & mask;
+    segment->free_slices &= ~mask;
+    segment->dirty_slices |= mask;
+    bool now_full = segment->free_slices == 0;
+    spin_unlock(&segment->lock);
+    retained_add(was_dirty, false);
+
+    struct page *page = &segment->pages[first];
+    for (unsigned i = 1; i < count; i++) page[i].slice_offset = (uint8_t)i;
+    page->slice_count = (uint8_t)count;
+    page->is_zero = was_dirty == 0;
+    page->start = (uintptr_t)segment + ((uintptr_t)first << SLICE_SHIFT);
+    segment->used_pages++;
+    if (now_full) {
+        list_remove(&heap->segments_avail, segment);
+        list_push(&heap->segments_full, segment);
+        segment->in_full_list = 1;
+    }
+    return page;
+}
+
+struct page *segment_page_alloc(struct heap *heap, unsigned count) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        for (struct segment *s = heap->segments_avail; s; s = s->next) {
+            struct page *page = segment_take_run(heap, s, count);
+            if (page) return page;
+        }
+        if (segment_acquire(heap) == NULL) return NULL;
+    }
+    return NULL;
+}
+
+void segment_page_free(struct heap *heap, struct page *page) {
+    struct segment *segment = segment_of(page);
+    unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;
+    uint64_t mask = run_mask(first, count);
+    uint32_t now = clock_ms();
+    for (unsigned i = 0; i < count; i++) {
+        page[i].slice_offset = 0;
+        page[i].area_size = 0;
+        page[i].freed_at_ms = now;
+    }
+    page->slice_count = 0;
+    page->block_size = 0;
+    spin_lock(&segment->lock);
+    segment->free_slices |= mask;
+    segment->dirty_slices |= mask;
+    spin_unlock(&segment->lock);
+    retained_add(mask, true);
+    segment->used_pages--;
+    if (segment->in_full_list) {
+        list_remove(&heap->segments_full, segment);
+        list_push(&heap->segments_avail, segment);
+        segment->in_full_list = 0;
+    }
+    if (g_options.aggressive_madvise) segment_purge(segment, now, 0);
+    if (segment->used_pages == 0 && (heap->segments_avail != segment || segment->next != NULL))
+        segment_release_empty(heap, segment);
+}
+
+/* An owned segment with no page in use goes to the cache (or the kernel). */
+void segment_release_empty(struct heap *heap, struct segment *segment) {
+    if (segment->in_full_list) list_remove(&heap->segments_full, segment);
+    else list_remove(&heap->segments_avail, segment);
+    segment->heap = NULL;
+    /* relaxed: see segment_take_ownership. */
+    atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
+    bool keep = !g_options.aggressive_madvise;
+    if (keep) {
+        spin_lock(&g_segment_cache_lock);
+        keep = segment_cache_count < SEGMENT_CACHE_MAX;
+        if (keep) {
+            segment->next = segment_cache;
+            segment_cache = segment;
+            segment_cache_count++;
+        }
+        spin_unlock(&g_segment_cache_lock);
+    }
+    if (!keep) segment_destroy(segment);
+}
+
+/* Unmaps cached empty segments: all of them, or those fully purged already
+ * (they hold no memory, only address space). Returns true if any went. */
+bool segment_cache_trim(bool everything, uint32_t now) {
+    (void)now;
+    bool released = false;
+    for (;;) {
+        struct segment *victim = NULL;
+        spin_lock(&g_segment_cache_lock);
+        for (struct segment **link = &segment_cache; *link; link = &(*link)->next) {
+            struct segment *s = *link;
+            bool clean = (s->dirty_slices & s->free_slices & ~(uint64_t)1) == 0;
+            if ((everything || clean) && s->purging_slices == 0) {
+                *link = s->next;
+                segment_cache_count--;
+                victim = s;
+                break;
+            }
+        }
+        spin_unlock(&g_segment_cache_lock);
+        if (victim == NULL) return released;
+        if (!everything && segment_cache_count <= SEGMENT_CACHE_MAX / 4) {
+            /* keep a few clean segments mapped: reusing them costs no syscall */
+            spin_lock(&g_segment_cache_lock);
+            victim->next = segment_cache;
+            segment_cache = victim;
+            segment_cache_count++;
+            spin_unlock(&g_segment_cache_lock);
+            return released;
+        }
+        segment_destroy(victim);
+        released = true;
+    }
+}
+
+/* Releases free resident slices that have stayed free at least min_age_ms, in
+ * coalesced ranges. Safe from any thread: the slices are taken out of the free
+ * set while the syscall runs, so the owner cannot hand them out meanwhile.
+ * Callers hold the registry lock, so the segment cannot be unmapped. */
+size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms) {
+    spin_lock(&segment->lock);
+    uint64_t candidates = segment->free_slices & segment->dirty_slices & ~(uint64_t)1;
+    if (min_age_ms > 0) {
+        for (uint64_t m = candidates; m; m &= m - 1) {
+            unsigned i = (unsigned)__builtin_ctzll(m);
+            if ((uint32_t)(now - segment->pages[i].freed_at_ms) < min_age_ms)
+                candidates &= ~((uint64_t)1 << i);
+        }
+    }
+    segment->free_slices &= ~candidates;
+    segment->purging_slices |= candidates;
+    spin_unlock(&segment->lock);
+    if (candidates == 0) return 0;
+
+    size_t released = 0;
+    uint64_t done = 0;
+    for (uint64_t m = candidates; m;) {
+        unsigned first = (unsigned)__builtin_ctzll(m);
+        uint64_t rest = ~(m >> first);
+        unsigned count = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
+        uint64_t mask = run_mask(first, count);
+        if (os_release((char *)segment + ((size_t)first << SLICE_SHIFT), (size_t)count << SLICE_SHIFT)) {
+            done |= mask;
+            released += (size_t)count << SLICE_SHIFT;
+        }
+        m &= ~mask;
+    }
+    spin_lock(&segment->lock);
+    segment->free_slices |= candidates;
+    segment->purging_slices &= ~candidates;
+    segment->dirty_slices &= ~done;
+    spin_unlock(&segment->lock);
+    retained_add(done, false);
+    return released;
+}
+
+void segment_abandon(struct segment *segment) {
+    segment->heap = NULL;
+    /* relaxed: see segment_take_ownership; the list lock publishes the rest. */
+    atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
+    spin_lock(&g_abandoned_lock);
+    segment->abandoned = 1;
+    segment->prev = NULL;
+    segment->next = abandoned_list;
+    if (abandoned_list) abandoned_list->prev = segment;
+    abandoned_list = segment;
+    spin_unlock(&g_abandoned_lock);
+}
+
+static struct segment *abandoned_pop(void) {
+    /* relaxed: a racy peek that only skips the lock when the list looks empty;
+     * a stale answer makes the caller map a segment instead, which is correct. */
+    if (__atomic_load_n(&abandoned_list, __ATOMIC_RELAXED) == NULL) return NULL;
+    spin_lock(&g_abandoned_lock);
+    struct segment *segment = abandoned_list;
+    if (segment) {
+        abandoned_list = segment->next;
+        if (abandoned_list) abandoned_list->prev = NULL;
+        segment->abandoned = 0;
+    }
+    spin_unlock(&g_abandoned_lock);
+    return segment;
+}
+
+struct segment *segment_try_adopt(struct heap *heap) {
+    struct segment *segment;
+    while ((segment = abandoned_pop()) != NULL) {
+        segment_take_ownership(heap, segment);
+        spin_lock(&segment->lock);
+        bool full = segment->free_slices == 0;
+        spin_unlock(&segment->lock);
+        if (full) {
+            list_remove(&heap->segments_avail, segment);
+            list_push(&heap->segments_full, segment);
+            segment->in_full_list = 1;
+        }
+        /* Take over its pages, collecting what other threads freed meanwhile.
+         * The extra use keeps the segment from being released mid-walk. */
+        segment->used_pages++;
+        for (unsigned i = 1; i < SLICES_PER_SEGMENT;) {
+            struct page *page = &segment->pages[i];
+            unsigned count = page->area_size ? page->slice_count : 1;
+            if (page->area_size) heap_adopt_page(heap, page); /* may free the page */
+            i += count;
+        }
+        segment->used_pages--;
+        if (segment->used_pages > 0) return segment;
+        segment_release_empty(heap, segment);
+    }
+    return NULL;
+}

@@ -1,0 +1,274 @@
+/* Statistics: our counters, and glibc's mallinfo/mallinfo2, malloc_stats and
+ * malloc_info mapped onto this design (docs/tuning.md says how). Figures of
+ * other threads' pages are read without stopping them: they are a snapshot. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <malloc.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "../include/tidemalloc.h"
+#include "internal.h"
+
+#define API __attribute__((visibility("default")))
+#define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed) /* statistics only */
+
+API void tidemalloc_stats(struct tidemalloc_stats *out) {
+    memset(out, 0, sizeof *out);
+    out->mmap_calls = LOAD(g_os.mmap_calls);
+    out->munmap_calls = LOAD(g_os.munmap_calls);
+    out->madvise_calls = LOAD(g_os.madvise_calls);
+    out->mremap_calls = LOAD(g_os.mremap_calls);
+    out->bytes_mapped = LOAD(g_os.bytes_mapped);
+    out->bytes_retained = LOAD(g_retained_bytes) + LOAD(g_huge_cached_bytes);
+    out->bytes_released = LOAD(g_os.bytes_released);
+    out->purge_runs = LOAD(g_os.purge_runs);
+    out->huge_blocks = LOAD(g_huge_count);
+    out->huge_bytes = LOAD(g_huge_bytes);
+    out->segments = LOAD(g_segment_count);
+    out->heaps = LOAD(g_heap_count);
+}
+
+API uint64_t tidemalloc_release_syscalls(void) {
+    return LOAD(g_os.munmap_calls) + LOAD(g_os.madvise_calls);
+}
+
+/* Per-owner sums over the segment registry (owner 0: abandoned or cached). */
+struct usage {
+    uint64_t system;   /* bytes of segments */
+    uint64_t in_use;   /* bytes in blocks handed out */
+    uint64_t free;     /* free bytes kept: free blocks and free slices */
+    uint64_t releasable; /* free resident slices */
+    uint64_t blocks_free; /* free block count inside pages */
+};
+
+static void usage_of_segment(struct segment *s, struct usage *u) {
+    u->system += SEGMENT_SIZE;
+    for (unsigned i = 1; i < SLICES_PER_SEGMENT;) {
+        struct page *p = &s->pages[i];
+        uint32_t area = __atomic_load_n(&p->area_size, __ATOMIC_RELAXED);
+        uint32_t count = __atomic_load_n(&p->slice_count, __ATOMIC_RELAXED);
+        if (area == 0 || count == 0) {
+            u->free += SLICE_SIZE;
+            i++;
+            continue;
+        }
+        uint64_t used = __atomic_load_n(&p->used, __ATOMIC_RELAXED);
+        uint64_t size = __atomic_load_n(&p->block_size, __ATOMIC_RELAXED);
+        uint64_t reserved = __atomic_load_n(&p->reserved, __ATOMIC_RELAXED);
+        if (used > reserved) used = reserved;
+        u->in_use += used * size;
+        u->free += (uint64_t)count * SLICE_SIZE - used * size;
+        u->blocks_free += reserved - used;
+        i += count;
+    }
+    uint64_t releasable = __atomic_load_n(&s->free_slices, __ATOMIC_RELAXED) &
+                          __atomic_load_n(&s->dirty_slices, __ATOMIC_RELAXED) & ~(uint64_t)1;
+    u->releasable += (uint64_t)__builtin_popcountll(releasable) * SLICE_SIZE;
+}
+
+static void usage_total(struct usage *u, uint64_t owner, bool all) {
+    memset(u, 0, sizeof *u);
+    spin_lock(&g_registry_lock);
+    for (struct segment *s = g_registry; s; s = s->all_next)
+        if (all || LOAD(s->owner_id) == owner) usage_of_segment(s, u);
+    spin_unlock(&g_registry_lock);
+}
+
+API struct mallinfo2 mallinfo2(void) {
+    struct mallinfo2 m;
+    memset(&m, 0, sizeof m);
+    struct usage u;
+    usage_total(&u, 0, true);
+    m.arena = u.system;
+    m.ordblks = u.blocks_free;
+    m.hblks = LOAD(g_huge_count);
+    m.hblkhd = LOAD(g_huge_bytes);
+    m.usmblks = 0;
+    m.uordblks = u.in_use;
+    m.fordblks = u.free + LOAD(g_huge_cached_bytes);
+    m.keepcost = u.releasable + LOAD(g_huge_cached_bytes);
+    return m;
+}
+
+API struct mallinfo mallinfo(void) {
+    struct mallinfo2 m2 = mallinfo2();
+    struct mallinfo m;
+    m.arena = (int)m2.arena;
+    m.ordblks = (int)m2.ordblks;
+    m.smblks = (int)m2.smblks;
+    m.hblks = (int)m2.hblks;
+    m.hblkhd = (int)m2.hblkhd;
+    m.usmblks = (int)m2.usmblks;
+    m.fsmblks = (int)m2.fsmblks;
+    m.uordblks = (int)m2.uordblks;
+    m.fordblks = (int)m2.fordblks;
+    m.keepcost = (int)m2.keepcost;
+    return m;
+}
+
+static void out_padded(struct out_buffer *out, const char *label, uint64_t value) {
+    char digits[24];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value);
+    out_string(out, label);
+    for (int i = n; i < 10; i++) out_string(out, " ");
+    char text[24];
+    for (int i = 0; i < n; i++) text[i] = digits[n - 1 - i];
+    text[n] = '\0';
+    out_string(out, text);
+    out_string(out, "\n");
+}
+
+/* Heap ids in a stack array, so the heaps lock is not held while summing. */
+static unsigned heap_ids(uint64_t *ids, unsigned max) {
+    unsigned n = 0;
+    spin_lock(&g_heaps_lock);
+    for (struct heap *h = g_heaps; h && n < max; h = h->next_heap) ids[n++] = h->id;
+    spin_unlock(&g_heaps_lock);
+    return n;
+}
+
+API void malloc_stats(void) {
+    int old_state;
+    pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_state);
+    int saved = errno;
+    fflush(stderr);
+    struct out_buffer out = {.fd = 2, .length = 0};
+    uint64_t ids[64];
+    unsigned n = heap_ids(ids, 64);
+    uint64_t system = 0, in_use = 0;
+    for (unsigned i = 0; i <= n; i++) {
+        struct usage u;
+        usage_total(&u, i < n ? ids[i] : 0, false); /* the last: abandoned and cached */
+        out_string(&out, "Arena ");
+        out_unsigned(&out, i);
+        out_string(&out, ":\n");
+        out_padded(&out, "system bytes     = ", u.system);
+        out_padded(&out, "in use bytes     = ", u.in_use);
+        system += u.system;
+        in_use += u.in_use;
+    }
+    out_string(&out, "Total (incl. mmap):\n");
+    out_padded(&out, "system bytes     = ", system + LOAD(g_huge_bytes));
+    out_padded(&out, "in use bytes     = ", in_use + LOAD(g_huge_bytes));
+    out_padded(&out, "max mmap regions = ", LOAD(g_huge_max_count));
+    out_padded(&out, "max mmap bytes   = ", LOAD(g_huge_max_bytes));
+    out_flush(&out);
+    errno = saved;
+    pthread_setcancelstate(old_state, NULL);
+}
+
+static void xml_line(FILE *fp, const char *format, uint64_t a, uint64_t b) {
+    char line[256];
+    int n = snprintf(line, sizeof line, format, (unsigned long long)a, (unsigned long long)b);
+    if (n > 0) fwrite(line, 1, (size_t)n, fp);
+}
+
+API int malloc_info(int options, FILE *fp) {
+    if (options != 0) return EINVAL;
+    uint64_t ids[256];
+    unsigned n = heap_ids(ids, 256);
+    fputs("<malloc version=\"1\">\n", fp);
+    uint64_t total_system = 0, total_free = 0, total_free_count = 0;
+    for (unsigned i = 0; i <= n; i++) {
+        struct usage u;
+        usage_total(&u, i < n ? ids[i] : 0, false);
+        xml_line(fp, "<heap nr=\"%llu\">\n<sizes>\n</sizes>\n", i, 0);
+        xml_line(fp, "<total type=\"fast\" count=\"%llu\" size=\"%llu\"/>\n", 0, 0);
+        xml_line(fp, "<total type=\"rest\" count=\"%llu\" size=\"%llu\"/>\n", u.blocks_free, u.free);
+        xml_line(fp, "<system type=\"current\" size=\"%llu\"/>\n", u.system, 0);
+        xml_line(fp, "<system type=\"max\" size=\"%llu\"/>\n", u.system, 0);
+        xml_line(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", u.system, 0);
+        xml_line(fp, "<aspace type=\"mprotect\" size=\"%llu\"/>\n", u.system, 0);
+        fputs("</heap>\n", fp);
+        total_system += u.system;
+        total_free += u.free;
+        total_free_count += u.blocks_free;
+    }
+    xml_line(fp, "<total type=\"fast\" count=\"%llu\" size=\"%llu\"/>\n", 0, 0);
+    xml_line(fp, "<total type=\"rest\" count=\"%llu\" size=\"%llu\"/>\n", total_free_count,
+             total_free);
+    xml_line(fp, "<total type=\"mmap\" count=\"%llu\" size=\"%llu\"/>\n", LOAD(g_huge_count),
+             LOAD(g_huge_bytes));
+    xml_line(fp, "<system type=\"current\" size=\"%llu\"/>\n", total_system, 0);
+    xml_line(fp, "<system type=\"max\" size=\"%llu\"/>\n", total_system, 0);
+    xml_line(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", total_system, 0);
+    xml_line(fp, "<aspace type=\"mprotect\" size=\"%llu\"/>\n", total_system, 0);
+    xml_line(fp, "<syscalls mmap=\"%llu\" munmap=\"%llu\"", LOAD(g_os.mmap_calls),
+             LOAD(g_os.munmap_calls));
+    xml_line(fp, " madvise=\"%llu\" mremap=\"%llu\"/>\n", LOAD(g_os.madvise_calls),
+             LOAD(g_os.mremap_calls));
+    fputs("</malloc>\n", fp);
+    return 0;
+}
+
+/* TIDEMALLOC_STATS=1: a summary on stderr at exit, written without malloc. */
+void stats_print_at_exit(void) {
+    struct out_buffer out = {.fd = 2, .length = 0};
+    struct tidemalloc_stats s;
+    tidemalloc_stats(&s);
+    uint64_t peak_kib = 0;
+    {
+        /* VmHWM from /proc/self/status, read into a stack buffer */
+        extern int open(const char *, int, ...);
+        extern long read(int, void *, unsigned long);
+        extern int close(int);
+        char buffer[4096];
+        int fd = open("/proc/self/status", 0);
+        if (fd >= 0) {
+            long n = read(fd, buffer, sizeof buffer - 1);
+            close(fd);
+            if (n > 0) {
+                buffer[n] = '\0';
+                char *line = strstr(buffer, "VmHWM:");
+                if (line)
+                    for (line += 6; *line && *line != '\n'; line++)
+                        if (*line >= '0' && *line <= '9') peak_kib = peak_kib * 10 + (uint64_t)(*line - '0');
+            }
+        }
+    }
+    struct usage u;
+    usage_total(&u, 0, true);
+    out_string(&out, "tidemalloc: peak RSS ");
+    out_unsigned(&out, peak_kib);
+    out_string(&out, " KiB, in use ");
+    out_unsigned(&out, u.in_use + s.huge_bytes);
+    out_string(&out, " bytes, segments ");
+    out_unsigned(&out, s.segments);
+    out_string(&out, ", huge blocks ");
+    out_unsigned(&out, s.huge_blocks);
+    out_string(&out, "\ntidemalloc: syscalls mmap ");
+    out_unsigned(&out, s.mmap_calls);
+    out_string(&out, " munmap ");
+    out_unsigned(&out, s.munmap_calls);
+    out_string(&out, " madvise ");
+    out_unsigned(&out, s.madvise_calls);
+    out_string(&out, " mremap ");
+    out_unsigned(&out, s.mremap_calls);
+    out_string(&out, ", released ");
+    out_unsigned(&out, s.bytes_released);
+    out_string(&out, " bytes in ");
+    out_unsigned(&out, s.purge_runs);
+    out_string(&out, " purge passes\n");
+    /* pages set up per size class, summed over live heaps */
+    uint64_t pages[SMALL_CLASS_COUNT] = {0};
+    spin_lock(&g_heaps_lock);
+    for (struct heap *h = g_heaps; h; h = h->next_heap)
+        for (unsigned c = 0; c < SMALL_CLASS_COUNT; c++) pages[c] += h->pages_allocated[c];
+    spin_unlock(&g_heaps_lock);
+    out_string(&out, "tidemalloc: pages per class (size:pages)");
+    for (unsigned c = 1; c < SMALL_CLASS_COUNT; c++) {
+        if (pages[c] == 0) continue;
+        out_string(&out, " ");
+        out_unsigned(&out, g_class_size[c]);
+        out_string(&out, ":");
+        out_unsigned(&out, pages[c]);
+    }
+    out_string(&out, "\n");
+    out_flush(&out);
+}

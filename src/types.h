@@ -1,0 +1,106 @@
+/* Internal types of tidemalloc. Every field says what it holds and who may
+ * touch it; invariants are stated next to the structure they constrain.
+ *
+ * Address space is carved into segments: SEGMENT_SIZE-aligned regions, so a
+ * pointer finds its segment with one mask. A segment is SLICES_PER_SEGMENT
+ * slices; slice 0 holds the segment header (this metadata), the others hold
+ * pages. A page is a run of slices serving one size class (many blocks) or one
+ * large block. Blocks larger than LARGE_MAX, or at/above the mmap threshold,
+ * are "huge": mapped on their own and tracked in huge.c's table. */
+#ifndef TIDEMALLOC_TYPES_H
+#define TIDEMALLOC_TYPES_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "lock.h"
+
+#define SEGMENT_SHIFT      22 /* 4 MiB segments */
+#define SEGMENT_SIZE       ((size_t)1 << SEGMENT_SHIFT)
+#define SEGMENT_MASK       (SEGMENT_SIZE - 1)
+#define SLICE_SHIFT        16 /* 64 KiB slices: release granularity and page unit */
+#define SLICE_SIZE         ((size_t)1 << SLICE_SHIFT)
+#define SLICES_PER_SEGMENT (SEGMENT_SIZE / SLICE_SIZE) /* 64: one uint64_t bitmap */
+#define OS_PAGE_SIZE       4096
+
+#define SMALL_CLASS_COUNT 49                 /* classes 0..48, 16 B .. 128 KiB */
+#define SMALL_MAX         ((size_t)128 << 10) /* largest size served from a class */
+#define LARGE_CLASS       SMALL_CLASS_COUNT  /* class_index of a one-block page */
+#define LARGE_MAX         ((size_t)2 << 20)  /* largest block served from slices */
+#define PAGE_MAX_SLICES   8                  /* a class page spans at most 512 KiB */
+
+#define ALIGNMENT 16 /* every block is at least 16-byte aligned, like glibc */
+
+/* A free block. Links are encoded (safe-linking) with the slot's address and
+ * a per-process key, so a stray write is caught when the link is used. */
+struct block {
+    uintptr_t next_encoded; /* encoded pointer to the next free block */
+    uintptr_t free_key;     /* g_free_key while free: cheap double-free test */
+};
+
+/* A page: one run of slices. Descriptors live in the segment header, one per
+ * slice; only the first slice's descriptor of a page is "the page", the
+ * others just say how far back it is (slice_offset).
+ * Invariants: used <= capacity <= reserved; blocks [0, capacity) were carved;
+ * each carved block is exactly one of: handed out, on `free`, on
+ * `thread_free`. area_size == 0 iff the descriptor is not an in-use page. */
+struct page {
+    struct block *free;                 /* owner only: local free list */
+    uint32_t used;                      /* owner only: blocks out, minus those collected */
+    uint32_t capacity;                  /* owner only: blocks carved into lists so far */
+    uint32_t reserved;                  /* blocks that fit in the page (constant while in use) */
+    uint32_t block_size;                /* bytes per block (constant while in use) */
+    uint64_t block_size_inverse;        /* floor(2^40 / block_size) + 1: exact division */
+    uintptr_t start;                    /* address of block 0 (constant while in use) */
+    uint32_t area_size;                 /* reserved * block_size; 0 when not in use */
+    uint8_t class_index;                /* size class, or LARGE_CLASS */
+    uint8_t slice_count;                /* slices in this page (first slice only) */
+    uint8_t slice_offset;               /* this slice's distance to its page's first slice */
+    uint8_t is_zero;                    /* page memory came fresh from the kernel */
+    uint32_t freed_at_ms;               /* when the slice became free (purge delay) */
+    _Atomic(struct block *) thread_free; /* blocks freed by other threads (push only) */
+    struct page *next;                  /* owner only: circular class queue */
+    struct page *prev;                  /* owner only: circular class queue */
+};
+
+/* The header of a segment, at its start. Protected as stated per field.
+ * Invariants: bit 0 of free_slices is never set (the header slice);
+ * free_slices & ~dirty_slices are slices known to read as zero; a set bit in
+ * free_slices means pages[i].area_size == 0 and pages[i].slice_offset == 0. */
+struct segment {
+    _Atomic uint64_t owner_id;   /* heap id of the owner; 0 when abandoned */
+    struct heap *heap;           /* owning heap; meaningful to the owner only */
+    struct segment *next;        /* owner's avail/full list, or abandoned/cache list */
+    struct segment *prev;        /* ditto (doubly linked for O(1) unlink) */
+    struct segment *all_next;    /* registry of all segments (registry lock) */
+    struct segment *all_prev;    /* registry of all segments (registry lock) */
+    struct spin_lock lock;       /* guards the slice bitmaps and freed_at stamps */
+    uint32_t used_pages;         /* owner only: pages in use */
+    uint64_t free_slices;        /* lock: bit i = slice i belongs to no page */
+    uint64_t dirty_slices;       /* lock: bit i = slice i may hold non-zero, resident data */
+    uint64_t purging_slices;     /* lock: slices a purger took out to release */
+    uint8_t in_full_list;        /* owner only: on heap's full list (no free slice) */
+    uint8_t abandoned;           /* abandoned list lock: on the abandoned list */
+    struct page pages[SLICES_PER_SEGMENT]; /* one descriptor per slice */
+};
+
+/* A thread's heap. Only its thread touches it, except `next_heap` (heaps
+ * lock). Threads that never allocate use g_empty_heap, whose page pointers all
+ * lead to an always-empty page, so the fast path needs no init test. */
+struct heap {
+    struct page *pages_direct[SMALL_CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
+    uint64_t id;                         /* unique, never reused; UINT64_MAX for g_empty_heap */
+    struct segment *segments_avail;      /* owned segments with at least one free slice */
+    struct segment *segments_full;       /* owned segments without a free slice */
+    struct page *large_pages;            /* circular list of one-block pages, or NULL */
+    struct heap *next_heap;              /* global list of live heaps (heaps lock) */
+    struct heap *prev_heap;              /* ditto */
+    uint64_t large_allocs;               /* statistics: large pages handed out */
+    uint64_t pages_allocated[SMALL_CLASS_COUNT]; /* statistics: class pages set up */
+    uint32_t collect_countdown;          /* slow-path calls until the next full collect */
+    uint8_t exiting;                     /* thread-exit destructor has run once */
+};
+
+#endif

@@ -1,0 +1,96 @@
+/* calloc returns zeroed memory, also when it reuses dirty memory that was
+ * just freed, for small, large and huge sizes, and for every shape of
+ * (count, size). calloc(0, n) and calloc(n, 0) give unique freeable blocks. */
+#include <malloc.h>
+
+#include "common.h"
+
+static void check_zero(const unsigned char *p, size_t n, size_t sz, int round)
+{
+    for (size_t i = 0; i < n; i++)
+        CHECKF(p[i] == 0, "calloc(%zu) round %d: byte %zu is 0x%02x", sz, round, i, p[i]);
+}
+
+int main(void)
+{
+    static const size_t sizes[] = {1,      8,      16,     24,      48,      100,     128,
+                                   200,    512,    1000,   1024,    2048,    3000,    4096,
+                                   5000,   8192,   16384,  30000,   65536,   100000,  131072,
+                                   200000, 262144, 500000, 1048576, 3000000, 8388608, 33554432};
+    enum { K = 8 };
+    for (size_t si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t n = sizes[si];
+        int k = n >= 1000000 ? 2 : K;
+        for (int round = 0; round < 4; round++) {
+            void *d[K];
+            for (int i = 0; i < k; i++) { /* dirty some memory, then free it */
+                d[i] = malloc(n);
+                CHECK(d[i] != NULL);
+                memset(d[i], 0xA5 + round, malloc_usable_size(d[i]));
+            }
+            for (int i = k - 1; i >= 0; i--)
+                free(d[i]);
+            unsigned char *c[K];
+            for (int i = 0; i < k; i++) {
+                /* several (count, size) shapes of the same total */
+                if (i % 3 == 0)
+                    c[i] = calloc(1, n);
+                else if (i % 3 == 1)
+                    c[i] = calloc(n, 1);
+                else
+                    c[i] = n % 8 == 0 ? calloc(n / 8, 8) : calloc(n, 1);
+                CHECK(c[i] != NULL);
+                check_zero(c[i], n, n, round);
+                memset(c[i], 0x3C, n); /* dirty it for the next round */
+            }
+            for (int i = 0; i < k; i++)
+                free(c[i]);
+        }
+    }
+
+    /* Many small blocks freed in a mixed order, then calloc'ed back. */
+    enum { M = 20000 };
+    static void *blk[M];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < M; i++) {
+            size_t n = 1 + (size_t)(i * 7919 % 700);
+            blk[i] = malloc(n);
+            CHECK(blk[i] != NULL);
+            memset(blk[i], 0xFF, n);
+        }
+        for (int i = 0; i < M; i += 2)
+            free(blk[i]);
+        for (int i = 1; i < M; i += 2)
+            free(blk[i]);
+        for (int i = 0; i < M; i++) {
+            size_t n = 1 + (size_t)(i * 104729 % 700);
+            blk[i] = calloc(n, 1);
+            CHECK(blk[i] != NULL);
+            check_zero(blk[i], n, n, round);
+            memset(blk[i], 0xEE, n);
+        }
+        for (int i = 0; i < M; i++)
+            free(blk[i]);
+    }
+
+    /* calloc after realloc shrink of a dirty block. */
+    for (int i = 0; i < 100; i++) {
+        unsigned char *p = malloc(4096);
+        memset(p, 0x99, 4096);
+        p = realloc(p, 64);
+        unsigned char *q = calloc(1, 4000);
+        CHECK(p != NULL && q != NULL);
+        check_zero(q, 4000, 4000, i);
+        free(p);
+        free(q);
+    }
+
+    /* Zero-sized callocs are unique and freeable. */
+    void *z1 = calloc(0, 10), *z2 = calloc(10, 0), *z3 = calloc(0, 0);
+    CHECK(z1 != NULL && z2 != NULL && z3 != NULL);
+    CHECK(z1 != z2 && z2 != z3 && z1 != z3);
+    free(z1);
+    free(z2);
+    free(z3);
+    return 0;
+}
