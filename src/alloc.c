@@ -59,7 +59,7 @@ static void *memalign_internal(size_t alignment, size_t size) {
         return NULL;
     }
     if (alignment & (alignment - 1)) alignment = (size_t)1 << (64 - __builtin_clzl(alignment));
-    if (size > PTRDIFF_MAX - alignment) {
+    if (size > PTRDIFF_MAX || alignment > PTRDIFF_MAX - size) {
         errno = ENOMEM;
         return NULL;
     }
@@ -74,12 +74,8 @@ API void *aligned_alloc(size_t alignment, size_t size) {
 API int posix_memalign(void **result, size_t alignment, size_t size) {
     if (alignment % sizeof(void *) != 0 || (alignment & (alignment - 1)) != 0 || alignment == 0)
         return EINVAL;
-    int saved = errno;
     void *p = memalign_internal(alignment, size);
-    if (p == NULL) {
-        errno = saved;
-        return ENOMEM;
-    }
+    if (p == NULL) return ENOMEM; /* errno is ENOMEM too, as in glibc */
     *result = p;
     return 0;
 }

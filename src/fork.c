@@ -5,12 +5,19 @@
  * segment's lock (registry order), huge. */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <sys/single_threaded.h>
 
 #include "internal.h"
 
 extern struct spin_lock g_purge_lock INTERNAL;
 
+/* A single-threaded process may fork from a signal handler that interrupted
+ * malloc (glibc allows it): then no lock is taken, as glibc does. */
+static bool locked_for_fork;
+
 static void fork_prepare(void) {
+    locked_for_fork = !__libc_single_threaded;
+    if (!locked_for_fork) return;
     spin_lock(&g_purge_lock);
     spin_lock(&g_heaps_lock);
     spin_lock(&g_segment_cache_lock);
@@ -21,6 +28,7 @@ static void fork_prepare(void) {
 }
 
 static void fork_release(void) {
+    if (!locked_for_fork) return;
     spin_unlock(&g_huge_lock);
     for (struct segment *s = g_registry; s; s = s->all_next) spin_unlock(&s->lock);
     spin_unlock(&g_registry_lock);

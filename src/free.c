@@ -16,8 +16,10 @@ void report_invalid_pointer(const char *message) { fatal_error(message); }
  * a block of an in-use page; NULL if the segment map does not know it. */
 static inline struct page *page_of_block(void *p, const char *message) {
     struct segment *segment = segment_of(p);
-    struct page *page = page_of(segment, p);
-    uintptr_t offset = (uintptr_t)p - page->start;
+    uintptr_t slice = ((uintptr_t)p - (uintptr_t)segment) >> SLICE_SHIFT;
+    slice -= segment->pages[slice].slice_offset;
+    struct page *page = &segment->pages[slice];
+    uintptr_t offset = (uintptr_t)p - ((uintptr_t)segment + (slice << SLICE_SHIFT));
     if (unlikely(offset >= page->area_size)) report_invalid_pointer(message);
     uint64_t index = ((uint64_t)offset * page->block_size_inverse) >> 40;
     if (unlikely(index * page->block_size != offset)) report_invalid_pointer(message);
@@ -34,6 +36,21 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
         /* release: the owner's acquire exchange must see the link we wrote. */
     } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &head, b,
                                                     memory_order_release, memory_order_relaxed));
+}
+
+static inline void free_local(struct heap *heap, struct page *page, struct block *b) {
+    block_link_set(b, page->free);
+    b->free_key = g_free_key;
+    page->free = b;
+    /* the only page of its class stays: a malloc/free loop must not thrash */
+    if (unlikely(--page->used == 0) && page->next != page) heap_page_empty(heap, page);
+}
+
+/* The block already carries the free key: verify before freeing it. A
+ * separate function keeps the fast path free of register saves. */
+static NOINLINE void free_local_checked(struct heap *heap, struct page *page, struct block *b) {
+    heap_double_free_check(heap, page, b);
+    free_local(heap, page, b);
 }
 
 static NOINLINE void free_outside_segments(void *p) {
@@ -55,11 +72,8 @@ static inline void free_inline(void *p) {
     /* relaxed: equal only if this thread owns the segment, and then this
      * thread wrote the value itself; any other value takes the remote path. */
     if (likely(atomic_load_explicit(&segment->owner_id, memory_order_relaxed) == heap->id)) {
-        if (unlikely(b->free_key == g_free_key)) heap_double_free_check(heap, page, b);
-        block_link_set(b, page->free);
-        b->free_key = g_free_key;
-        page->free = b;
-        if (unlikely(--page->used == 0)) heap_page_empty(heap, page);
+        if (unlikely(b->free_key == g_free_key)) free_local_checked(heap, page, b);
+        else free_local(heap, page, b);
         return;
     }
     free_remote(page, b);

@@ -63,6 +63,22 @@ static void queue_remove(struct page **head, struct page *page, struct page *emp
     page->next = page->prev = NULL;
 }
 
+/* Large pages: a NULL-terminated list, so free()'s "only page" test
+ * (page->next == page) never holds for them and they always go back. */
+static void large_insert(struct heap *heap, struct page *page) {
+    page->prev = NULL;
+    page->next = heap->large_pages;
+    if (heap->large_pages) heap->large_pages->prev = page;
+    heap->large_pages = page;
+}
+
+static void large_remove(struct heap *heap, struct page *page) {
+    if (page->prev) page->prev->next = page->next;
+    else heap->large_pages = page->next;
+    if (page->next) page->next->prev = page->prev;
+    page->next = page->prev = NULL;
+}
+
 /* ---- heap creation and thread exit ---- */
 
 static struct heap *heap_struct_alloc(void) {
@@ -118,20 +134,25 @@ struct heap *heap_for_thread(void) {
 
 /* Frees the pages that are empty once remote frees are collected. */
 static void heap_collect(struct heap *heap, bool exiting) {
-    for (unsigned cls = 0; cls <= SMALL_CLASS_COUNT; cls++) {
-        struct page **head = cls < SMALL_CLASS_COUNT ? &heap->pages_direct[cls] : &heap->large_pages;
-        struct page *empty = cls < SMALL_CLASS_COUNT ? &g_empty_page : NULL;
-        if (*head == empty) continue;
+    for (struct page *page = heap->large_pages, *next; page; page = next) {
+        next = page->next;
+        page_collect_remote(page);
+        if (page->used == 0) {
+            large_remove(heap, page);
+            segment_page_free(heap, page);
+        }
+    }
+    for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
+        struct page **head = &heap->pages_direct[cls];
+        if (*head == &g_empty_page) continue;
         struct page *page = *head;
-        unsigned remaining = 0;
+        unsigned remaining = 1;
         for (struct page *p = page->next; p != page; p = p->next) remaining++;
-        remaining++;
         while (remaining-- > 0) {
             struct page *next = page->next;
             page_collect_remote(page);
-            bool only = page->next == page;
-            if (page->used == 0 && (exiting || !only || cls == SMALL_CLASS_COUNT)) {
-                queue_remove(head, page, empty);
+            if (page->used == 0 && (exiting || page->next != page)) {
+                queue_remove(head, page, &g_empty_page);
                 segment_page_free(heap, page);
             }
             page = next;
@@ -205,7 +226,7 @@ void heap_adopt_page(struct heap *heap, struct page *page) {
         page->next = page->prev = NULL;
         segment_page_free(heap, page);
     } else if (page->class_index == LARGE_CLASS) {
-        queue_insert_tail(&heap->large_pages, page);
+        large_insert(heap, page);
     } else {
         queue_insert_tail(&heap->pages_direct[page->class_index], page);
     }
@@ -265,9 +286,9 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     page->capacity = 1;
     page->used = 1;
     heap->large_allocs++;
-    queue_insert_head(&heap->large_pages, page);
+    large_insert(heap, page);
     if (is_zero) *is_zero = page->is_zero;
-    return (void *)page->start;
+    return (void *)page_start(page);
 }
 
 static bool wants_direct_map(size_t size) {
@@ -347,9 +368,12 @@ out_of_memory:
 void heap_page_empty(struct heap *heap, struct page *page) {
     int saved = errno;
     if (page->class_index == LARGE_CLASS) {
-        queue_remove(&heap->large_pages, page, NULL);
+        large_remove(heap, page);
     } else {
-        if (page->next == page) return;
+        if (page->next == page) {
+            errno = saved;
+            return;
+        }
         queue_remove(&heap->pages_direct[page->class_index], page, &g_empty_page);
     }
     segment_page_free(heap, page);

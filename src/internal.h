@@ -98,7 +98,12 @@ static inline struct page *page_of(struct segment *segment, const void *p) {
     struct page *slice = &segment->pages[((uintptr_t)p - (uintptr_t)segment) >> SLICE_SHIFT];
     return slice - slice->slice_offset;
 }
-struct segment *segment_acquire(struct heap *heap) INTERNAL; /* new, cached or adopted */
+/* Block 0 of a page sits at the start of its first slice. */
+static inline uintptr_t page_start(const struct page *page) {
+    struct segment *segment = segment_of(page);
+    return (uintptr_t)segment + ((uintptr_t)(page - segment->pages) << SLICE_SHIFT);
+}
+struct segment *segment_acquire(struct heap *heap, bool allow_adopt) INTERNAL; /* new, cached or adopted */
 struct page *segment_page_alloc(struct heap *heap, unsigned slices) INTERNAL;
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;

@@ -25,8 +25,9 @@ bool page_extend(struct page *page) {
     uint32_t count = OS_PAGE_SIZE / page->block_size;
     if (count < 4) count = page->block_size >= OS_PAGE_SIZE ? 1 : 4;
     if (page->capacity == 0 && count < 16 && page->block_size < 1024) count = 16;
-    if (count > page->reserved - page->capacity) count = page->reserved - page->capacity;
-    char *first = (char *)page->start + (size_t)page->capacity * page->block_size;
+    uint32_t left = (uint32_t)page->reserved - page->capacity;
+    if (count > left) count = left;
+    char *first = (char *)page_start(page) + (size_t)page->capacity * page->block_size;
     struct block *next = page->free;
     for (uint32_t i = count; i-- > 0;) {
         struct block *b = (struct block *)(first + (size_t)i * page->block_size);
@@ -34,7 +35,7 @@ bool page_extend(struct page *page) {
         next = b;
     }
     page->free = next;
-    page->capacity += count;
+    page->capacity = (uint16_t)(page->capacity + count);
     return true;
 }
 
@@ -57,6 +58,7 @@ uint32_t page_collect_remote(struct page *page) {
     }
     block_link_set(tail, page->free);
     page->free = list;
+    if (unlikely(count > page->used)) fatal_error("free(): double free detected (remote)");
     page->used -= count;
     return count;
 }

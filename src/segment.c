@@ -91,8 +91,8 @@ static void segment_take_ownership(struct heap *heap, struct segment *segment) {
 }
 
 /* A heap needs room: adopt an abandoned segment, reuse a cached one, or map. */
-struct segment *segment_acquire(struct heap *heap) {
-    struct segment *segment = segment_try_adopt(heap);
+struct segment *segment_acquire(struct heap *heap, bool allow_adopt) {
+    struct segment *segment = allow_adopt ? segment_try_adopt(heap) : NULL;
     if (segment) return segment;
     spin_lock(&g_segment_cache_lock);
     segment = segment_cache;
@@ -141,7 +141,6 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     for (unsigned i = 1; i < count; i++) page[i].slice_offset = (uint8_t)i;
     page->slice_count = (uint8_t)count;
     page->is_zero = was_dirty == 0;
-    page->start = (uintptr_t)segment + ((uintptr_t)first << SLICE_SHIFT);
     segment->used_pages++;
     if (now_full) {
         list_remove(&heap->segments_avail, segment);
@@ -152,12 +151,16 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
 }
 
 struct page *segment_page_alloc(struct heap *heap, unsigned count) {
-    for (int attempt = 0; attempt < 2; attempt++) {
-        for (struct segment *s = heap->segments_avail; s; s = s->next) {
-            struct page *page = segment_take_run(heap, s, count);
-            if (page) return page;
-        }
-        if (segment_acquire(heap) == NULL) return NULL;
+    for (struct segment *s = heap->segments_avail; s; s = s->next) {
+        struct page *page = segment_take_run(heap, s, count);
+        if (page) return page;
+    }
+    /* An adopted segment may lack a long enough run; an empty one never does. */
+    for (int attempt = 0; attempt < 3; attempt++) {
+        struct segment *s = segment_acquire(heap, attempt < 2);
+        if (s == NULL) return NULL;
+        struct page *page = segment_take_run(heap, s, count);
+        if (page) return page;
     }
     return NULL;
 }
@@ -170,7 +173,7 @@ void segment_page_free(struct heap *heap, struct page *page) {
     for (unsigned i = 0; i < count; i++) {
         page[i].slice_offset = 0;
         page[i].area_size = 0;
-        page[i].freed_at_ms = now;
+        segment->slice_freed_ms[first + i] = now;
     }
     page->slice_count = 0;
     page->block_size = 0;
@@ -255,7 +258,7 @@ size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms)
     if (min_age_ms > 0) {
         for (uint64_t m = candidates; m; m &= m - 1) {
             unsigned i = (unsigned)__builtin_ctzll(m);
-            if ((uint32_t)(now - segment->pages[i].freed_at_ms) < min_age_ms)
+            if ((uint32_t)(now - segment->slice_freed_ms[i]) < min_age_ms)
                 candidates &= ~((uint64_t)1 << i);
         }
     }

@@ -48,21 +48,20 @@ struct block {
  * `thread_free`. area_size == 0 iff the descriptor is not an in-use page. */
 struct page {
     struct block *free;                 /* owner only: local free list */
-    uint32_t used;                      /* owner only: blocks out, minus those collected */
-    uint32_t capacity;                  /* owner only: blocks carved into lists so far */
-    uint32_t reserved;                  /* blocks that fit in the page (constant while in use) */
-    uint32_t block_size;                /* bytes per block (constant while in use) */
+    _Atomic(struct block *) thread_free; /* blocks freed by other threads (push only) */
+    struct page *next;                  /* owner only: circular class queue */
+    struct page *prev;                  /* owner only: circular class queue */
     uint64_t block_size_inverse;        /* floor(2^40 / block_size) + 1: exact division */
-    uintptr_t start;                    /* address of block 0 (constant while in use) */
+    uint32_t block_size;                /* bytes per block (constant while in use) */
     uint32_t area_size;                 /* reserved * block_size; 0 when not in use */
+    uint16_t used;                      /* owner only: blocks out, minus those collected */
+    uint16_t capacity;                  /* owner only: blocks carved into lists so far */
+    uint16_t reserved;                  /* blocks that fit in the page (constant while in use) */
     uint8_t class_index;                /* size class, or LARGE_CLASS */
     uint8_t slice_count;                /* slices in this page (first slice only) */
     uint8_t slice_offset;               /* this slice's distance to its page's first slice */
     uint8_t is_zero;                    /* page memory came fresh from the kernel */
-    uint32_t freed_at_ms;               /* when the slice became free (purge delay) */
-    _Atomic(struct block *) thread_free; /* blocks freed by other threads (push only) */
-    struct page *next;                  /* owner only: circular class queue */
-    struct page *prev;                  /* owner only: circular class queue */
+    uint8_t unused[6];                  /* pads the descriptor to 64 bytes: indexing is a shift */
 };
 
 /* The header of a segment, at its start. Protected as stated per field.
@@ -83,6 +82,7 @@ struct segment {
     uint64_t purging_slices;     /* lock: slices a purger took out to release */
     uint8_t in_full_list;        /* owner only: on heap's full list (no free slice) */
     uint8_t abandoned;           /* abandoned list lock: on the abandoned list */
+    uint32_t slice_freed_ms[SLICES_PER_SEGMENT]; /* lock: when each free slice was freed */
     struct page pages[SLICES_PER_SEGMENT]; /* one descriptor per slice */
 };
 
@@ -103,4 +103,5 @@ struct heap {
     uint8_t exiting;                     /* thread-exit destructor has run once */
 };
 
+_Static_assert(sizeof(struct page) == 64, "page descriptors index with a shift");
 #endif

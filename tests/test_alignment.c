@@ -7,8 +7,7 @@
 
 #include "common.h"
 
-static void touch_all(void *p, size_t req)
-{
+static void touch_all(void *p, size_t req) {
     size_t u = malloc_usable_size(p);
     CHECKF(u >= req, "usable size %zu < requested %zu", u, req);
     memset(p, 0x5A, u);
@@ -18,16 +17,14 @@ static void touch_all(void *p, size_t req)
     }
 }
 
-static void check_align(void *p, size_t align, const char *what, size_t size)
-{
+static void check_align(void *p, size_t align, const char *what, size_t size) {
     CHECKF(p != NULL, "%s(align %zu, size %zu) returned NULL", what, align, size);
     CHECKF(((uintptr_t)p & (align - 1)) == 0, "%s(align %zu, size %zu) = %p misaligned", what,
            align, size, p);
     touch_all(p, size);
 }
 
-int main(void)
-{
+int main(void) {
     const size_t page = (size_t)sysconf(_SC_PAGESIZE);
     void *keep[64];
 

@@ -5,14 +5,12 @@
 
 #include "common.h"
 
-static void check_zero(const unsigned char *p, size_t n, size_t sz, int round)
-{
+static void check_zero(const unsigned char *p, size_t n, size_t sz, int round) {
     for (size_t i = 0; i < n; i++)
         CHECKF(p[i] == 0, "calloc(%zu) round %d: byte %zu is 0x%02x", sz, round, i, p[i]);
 }
 
-int main(void)
-{
+int main(void) {
     static const size_t sizes[] = {1,      8,      16,     24,      48,      100,     128,
                                    200,    512,    1000,   1024,    2048,    3000,    4096,
                                    5000,   8192,   16384,  30000,   65536,   100000,  131072,

@@ -6,19 +6,17 @@
 
 #include "common.h"
 
-#define N 20000
+#define N      20000
 #define ROUNDS 100
-#define MB ((size_t)1 << 20)
+#define MB     ((size_t)1 << 20)
 
 static void *blocks[N];
 static size_t bsize[N];
 static pthread_barrier_t bar;
 
-static size_t block_size(int round, int i)
-{
+static size_t block_size(int round, int i) {
     unsigned x = (unsigned)(i * 2654435761u) ^ (unsigned)round * 40503u;
-    if (i % 500 == 0)
-        return 64 * 1024 + (x % 200000); /* a few large ones */
+    if (i % 500 == 0) return 64 * 1024 + (x % 200000); /* a few large ones */
     return 16 + (x % 1008);
 }
 
@@ -26,12 +24,10 @@ static tm_stats_fn st;
 static size_t mapped(void);
 static size_t at_round10, at_end;
 
-static void *thread_a(void *arg)
-{
+static void *thread_a(void *arg) {
     (void)arg;
     for (int r = 0; r < ROUNDS; r++) {
-        if (r == 10)
-            at_round10 = mapped();
+        if (r == 10) at_round10 = mapped();
         for (int i = 0; i < N; i++) {
             bsize[i] = block_size(r, i);
             blocks[i] = malloc(bsize[i]);
@@ -45,8 +41,7 @@ static void *thread_a(void *arg)
     return NULL;
 }
 
-static void *thread_b(void *arg)
-{
+static void *thread_b(void *arg) {
     (void)arg;
     for (int r = 0; r < ROUNDS; r++) {
         pthread_barrier_wait(&bar);
@@ -60,8 +55,7 @@ static void *thread_b(void *arg)
     return NULL;
 }
 
-static size_t mapped(void)
-{
+static size_t mapped(void) {
     if (st) {
         struct tidemalloc_stats s;
         st(&s);
@@ -70,8 +64,7 @@ static size_t mapped(void)
     return rss_bytes();
 }
 
-int main(void)
-{
+int main(void) {
     st = tm_stats_required_if_expected();
     pthread_barrier_init(&bar, NULL, 2);
     pthread_t a, b;

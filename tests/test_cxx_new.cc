@@ -16,12 +16,12 @@
 
 #include "tidemalloc.h"
 
-#define CHECK(c)                                                                             \
-    do {                                                                                     \
-        if (!(c)) {                                                                          \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);            \
-            _exit(1);                                                                        \
-        }                                                                                    \
+#define CHECK(c)                                                                                   \
+    do {                                                                                           \
+        if (!(c)) {                                                                                \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c);                  \
+            _exit(1);                                                                              \
+        }                                                                                          \
     } while (0)
 
 struct alignas(256) Wide {
@@ -30,14 +30,12 @@ struct alignas(256) Wide {
 
 static volatile size_t sink;
 
-template <class T> static T *escape(T *p)
-{
+template <class T> static T *escape(T *p) {
     sink = sink + (size_t)(uintptr_t)p; // keeps the compiler from eliding new/delete
     return p;
 }
 
-int main()
-{
+int main() {
     typedef void (*stats_fn)(struct tidemalloc_stats *);
     stats_fn st = reinterpret_cast<stats_fn>(dlsym(RTLD_DEFAULT, "tidemalloc_stats"));
     const char *exp = getenv("TEST_EXPECT_TIDEMALLOC");
@@ -69,8 +67,7 @@ int main()
     // A huge new[] is visible in the allocator's counters.
     const size_t huge = static_cast<size_t>(64) << 20;
     struct tidemalloc_stats s0, s1, s2;
-    if (st)
-        st(&s0);
+    if (st) st(&s0);
     char *h = escape(new char[huge]);
     CHECK(malloc_usable_size(h) >= huge);
     memset(h, 1, huge);

@@ -13,29 +13,26 @@ typedef void (*free_fn)(void *);
 typedef char *(*strdup_fn)(const char *);
 typedef char *(*block_fn)(void);
 
-static void *sym(void *h, const char *name)
-{
+static void *sym(void *h, const char *name) {
     void *s = dlsym(h, name);
     CHECKF(s != NULL, "dlsym(%s): %s", name, dlerror());
     return s;
 }
 
-#define GETFN(type, var, h, name)                                                            \
-    type var;                                                                                \
-    do {                                                                                     \
-        void *s_ = sym(h, name);                                                             \
-        memcpy(&var, &s_, sizeof var);                                                       \
+#define GETFN(type, var, h, name)                                                                  \
+    type var;                                                                                      \
+    do {                                                                                           \
+        void *s_ = sym(h, name);                                                                   \
+        memcpy(&var, &s_, sizeof var);                                                             \
     } while (0)
 
-static void check_bytes(const void *p, int v, size_t n, const char *what)
-{
+static void check_bytes(const void *p, int v, size_t n, const char *what) {
     const unsigned char *c = p;
     for (size_t i = 0; i < n; i++)
         CHECKF(c[i] == (unsigned char)v, "%s: byte %zu is 0x%02x", what, i, c[i]);
 }
 
-int main(void)
-{
+int main(void) {
     char path[PATH_MAX];
     const char *dir = getenv("TEST_BUILD_DIR");
     if (dir) {

@@ -7,24 +7,22 @@
 
 #include "common.h"
 
-#define EXPECT_NULL_ERRNO(expr, want)                                                        \
-    do {                                                                                     \
-        errno = 0;                                                                           \
-        void *r_ = (expr);                                                                   \
-        int e_ = errno;                                                                      \
-        CHECKF(r_ == NULL, "%s returned %p, expected NULL", #expr, r_);                      \
-        CHECKF(e_ == (want), "%s: errno %d (%s), expected %d", #expr, e_, strerror(e_), want); \
+#define EXPECT_NULL_ERRNO(expr, want)                                                              \
+    do {                                                                                           \
+        errno = 0;                                                                                 \
+        void *r_ = (expr);                                                                         \
+        int e_ = errno;                                                                            \
+        CHECKF(r_ == NULL, "%s returned %p, expected NULL", #expr, r_);                            \
+        CHECKF(e_ == (want), "%s: errno %d (%s), expected %d", #expr, e_, strerror(e_), want);     \
     } while (0)
 
 /* Hides a size from the compiler so that it does not warn about it. */
-static size_t launder(size_t s)
-{
+static size_t launder(size_t s) {
     volatile size_t v = s;
     return v;
 }
 
-int main(void)
-{
+int main(void) {
     const size_t big = launder(SIZE_MAX);
     const size_t half = launder(SIZE_MAX / 2 + 1);
 
@@ -72,8 +70,7 @@ int main(void)
         errno = 4242;
         int rc = posix_memalign(&m, launder(bad_align[i]), 16);
         CHECKF(rc == EINVAL, "posix_memalign(align %zu) = %d, expected EINVAL", bad_align[i], rc);
-        CHECKF(errno == 4242, "posix_memalign(align %zu) changed errno to %d", bad_align[i],
-               errno);
+        CHECKF(errno == 4242, "posix_memalign(align %zu) changed errno to %d", bad_align[i], errno);
     }
     {
         void *m = NULL;
@@ -88,8 +85,8 @@ int main(void)
     }
 
     /* Success never needs errno; free preserves it, for every kind of block. */
-    static const size_t sizes[] = {0, 1, 24, 1000, 70000, 300000, (size_t)5 << 20,
-                                   (size_t)64 << 20};
+    static const size_t sizes[] = {
+        0, 1, 24, 1000, 70000, 300000, (size_t)5 << 20, (size_t)64 << 20};
     static const int errs[] = {ENOMEM, EINVAL, ENOENT, 0, 12345};
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         for (size_t e = 0; e < sizeof errs / sizeof errs[0]; e++) {

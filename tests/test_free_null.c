@@ -5,8 +5,7 @@
 
 static void *volatile nullp;
 
-int main(void)
-{
+int main(void) {
     for (int i = 0; i < 100000; i++) {
         errno = EDOM;
         free(nullp);

@@ -6,21 +6,27 @@
 
 #define N 10000
 
-static int cmp_ptr(const void *a, const void *b)
-{
+static int cmp_ptr(const void *a, const void *b) {
     uintptr_t x = *(const uintptr_t *)a, y = *(const uintptr_t *)b;
     return x < y ? -1 : x > y;
 }
 
-int main(void)
-{
+int main(void) {
     static void *p[N];
     for (int i = 0; i < N; i++) {
         switch (i % 4) {
-        case 0: p[i] = malloc(0); break;
-        case 1: p[i] = realloc(NULL, 0); break;
-        case 2: p[i] = memalign(64, 0); break;
-        default: p[i] = aligned_alloc(32, 0); break;
+        case 0:
+            p[i] = malloc(0);
+            break;
+        case 1:
+            p[i] = realloc(NULL, 0);
+            break;
+        case 2:
+            p[i] = memalign(64, 0);
+            break;
+        default:
+            p[i] = aligned_alloc(32, 0);
+            break;
         }
         CHECKF(p[i] != NULL, "zero-size allocation %d returned NULL", i);
         CHECKF(((uintptr_t)p[i] & 15) == 0, "zero-size allocation %p misaligned", p[i]);

@@ -10,11 +10,12 @@
 #define KB ((size_t)1 << 10)
 #define MB ((size_t)1 << 20)
 
-static size_t min_sz(size_t a, size_t b) { return a < b ? a : b; }
+static size_t min_sz(size_t a, size_t b) {
+    return a < b ? a : b;
+}
 
 /* Walks p through the given sizes; contents of the common prefix survive. */
-static void *chain(void *p, size_t cur, const size_t *sizes, size_t n, uint64_t key)
-{
+static void *chain(void *p, size_t cur, const size_t *sizes, size_t n, uint64_t key) {
     for (size_t i = 0; i < n; i++) {
         size_t next = sizes[i];
         void *q = realloc(p, next);
@@ -31,17 +32,17 @@ static void *chain(void *p, size_t cur, const size_t *sizes, size_t n, uint64_t 
     return p;
 }
 
-int main(void)
-{
+int main(void) {
     /* realloc(NULL, n) is malloc(n). */
     void *p = realloc(NULL, 100);
     CHECK(p != NULL && malloc_usable_size(p) >= 100);
     pat_fill_k(p, 100, 1);
 
     static const size_t up_down[] = {
-        1,      24,     100,    1000,   4 * KB, 40 * KB, 200 * KB, 1 * MB, 3 * MB,
-        20 * MB, 70 * MB, 20 * MB, 3 * MB, 300 * KB, 40 * KB, 2000, 200,   16,     1,
-        64 * MB, 8,      129 * KB, 130 * KB, 128 * KB, 5 * MB, 5 * MB + 1, 5 * MB - 4097, 48,
+        1,        24,       100,      1000,    4 * KB,     40 * KB,       200 * KB,
+        1 * MB,   3 * MB,   20 * MB,  70 * MB, 20 * MB,    3 * MB,        300 * KB,
+        40 * KB,  2000,     200,      16,      1,          64 * MB,       8,
+        129 * KB, 130 * KB, 128 * KB, 5 * MB,  5 * MB + 1, 5 * MB - 4097, 48,
     };
     p = chain(p, 100, up_down, sizeof up_down / sizeof up_down[0], 1);
     free(p);
@@ -117,16 +118,14 @@ int main(void)
     size_t rss0 = 0;
     for (int i = 0; i < 200000; i++) {
         size_t s = (size_t)(i % 50) * 97 + 1;
-        if (i % 1000 == 999)
-            s = 300 * KB;
+        if (i % 1000 == 999) s = 300 * KB;
         void *r = malloc(s);
         CHECK(r != NULL);
         memset(r, 1, s);
         errno = 0;
         void *z = realloc(r, 0);
         CHECKF(z == NULL, "realloc(p, 0) returned %p, glibc 2.36 returns NULL", z);
-        if (i == 10000)
-            rss0 = rss_bytes();
+        if (i == 10000) rss0 = rss_bytes();
     }
     size_t rss1 = rss_bytes();
     CHECKF(rss1 <= rss0 + 8 * MB, "realloc(p, 0) leaks: RSS %zu -> %zu", rss0, rss1);

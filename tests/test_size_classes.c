@@ -8,8 +8,7 @@
 
 #define MAXN 12
 
-static void one_size(size_t s, int n)
-{
+static void one_size(size_t s, int n) {
     void *p[MAXN];
     size_t u[MAXN];
     for (int i = 0; i < n; i++) {
@@ -21,8 +20,8 @@ static void one_size(size_t s, int n)
     }
     for (int i = 0; i < n; i++) {
         size_t bad = pat_check(p[i], u[i]);
-        CHECKF(bad == (size_t)-1, "size %zu block %d (%p, usable %zu): byte %zu overwritten", s,
-               i, p[i], u[i], bad);
+        CHECKF(bad == (size_t)-1, "size %zu block %d (%p, usable %zu): byte %zu overwritten", s, i,
+               p[i], u[i], bad);
         CHECKF(malloc_usable_size(p[i]) == u[i], "usable size of %p changed", p[i]);
     }
     /* Free every other block, refill the rest after new allocations. */
@@ -43,8 +42,7 @@ static void one_size(size_t s, int n)
     }
 }
 
-int main(void)
-{
+int main(void) {
     for (size_t s = 1; s <= 2048; s++)
         one_size(s, MAXN);
 
@@ -52,11 +50,12 @@ int main(void)
         size_t mult[4] = {base, base + base / 4, base + base / 2, base + 3 * base / 4};
         int n = base >= ((size_t)8 << 20) ? 2 : base >= ((size_t)512 << 10) ? 4 : MAXN;
         for (int m = 0; m < 4; m++) {
-            if (mult[m] > ((size_t)64 << 20))
-                break;
+            if (mult[m] > ((size_t)64 << 20)) break;
             static const long d[] = {-1, 0, 1, -17, -16, -15, 15, 16, 17};
             /* Big blocks: fewer neighbours, to keep the run short. */
-            size_t nd = base >= ((size_t)1 << 20) ? 3 : sizeof d / sizeof d[0];
+            size_t nd = base >= ((size_t)8 << 20)   ? 2
+                        : base >= ((size_t)1 << 20) ? 3
+                                                    : sizeof d / sizeof d[0];
             for (size_t k = 0; k < nd; k++)
                 one_size((size_t)((long)mult[m] + d[k]), n);
         }

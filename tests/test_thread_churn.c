@@ -9,32 +9,27 @@
 #include "common.h"
 
 #define THREADS 100000
-#define BATCH 4
-#define MB ((size_t)1 << 20)
+#define BATCH   4
+#define MB      ((size_t)1 << 20)
 
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
     unsigned seed = (unsigned)(uintptr_t)arg;
     void *local[32];
     size_t n[32];
     for (int i = 0; i < 32; i++) {
         seed = seed * 1103515245u + 12345u;
         n[i] = 1 + (seed >> 8) % 600;
-        if (i == 31)
-            n[i] = 20000 + (seed >> 8) % 50000;
+        if (i == 31) n[i] = 20000 + (seed >> 8) % 50000;
         local[i] = malloc(n[i]);
-        if (!local[i])
-            return NULL;
+        if (!local[i]) return NULL;
         pat_fill(local[i], n[i]);
     }
     for (int i = 0; i < 32; i += 2) {
-        if (pat_check(local[i], n[i]) != (size_t)-1)
-            return NULL;
+        if (pat_check(local[i], n[i]) != (size_t)-1) return NULL;
         free(local[i]);
     }
     for (int i = 1; i < 31; i += 2) {
-        if (pat_check(local[i], n[i]) != (size_t)-1)
-            return NULL;
+        if (pat_check(local[i], n[i]) != (size_t)-1) return NULL;
         free(local[i]);
     }
     /* local[31] outlives the thread: the main thread frees it. */
@@ -45,8 +40,7 @@ struct sample {
     size_t rss, mapped, heaps;
 };
 
-static struct sample take(tm_stats_fn st)
-{
+static struct sample take(tm_stats_fn st) {
     struct sample s = {rss_bytes(), 0, 0};
     if (st) {
         struct tidemalloc_stats t;
@@ -57,8 +51,7 @@ static struct sample take(tm_stats_fn st)
     return s;
 }
 
-int main(void)
-{
+int main(void) {
     tm_stats_fn st = tm_stats_required_if_expected();
     struct sample first = {0, 0, 0};
     for (int done = 0; done < THREADS; done += BATCH) {
@@ -75,8 +68,7 @@ int main(void)
             CHECK(malloc_usable_size(c) >= 20000);
             free(res);
         }
-        if (done + BATCH == 1000)
-            first = take(st);
+        if (done + BATCH == 1000) first = take(st);
     }
     struct sample last = take(st);
     CHECKF(last.rss <= first.rss + 8 * MB, "RSS grew from %zu to %zu bytes", first.rss, last.rss);

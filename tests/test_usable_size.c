@@ -12,20 +12,17 @@ struct blk {
     size_t u;
 };
 
-static int cmp_blk(const void *a, const void *b)
-{
+static int cmp_blk(const void *a, const void *b) {
     uintptr_t x = (uintptr_t)((const struct blk *)a)->p, y = (uintptr_t)((const struct blk *)b)->p;
     return x < y ? -1 : x > y;
 }
 
-int main(void)
-{
+int main(void) {
     CHECK(malloc_usable_size(NULL) == 0);
     static struct blk b[N];
     for (int i = 0; i < N; i++) {
         size_t n = (size_t)(i * 37 % 5000);
-        if (i % 100 == 7)
-            n = 100000 + (size_t)i * 1000;
+        if (i % 100 == 7) n = 100000 + (size_t)i * 1000;
         b[i].p = malloc(n);
         CHECK(b[i].p != NULL);
         b[i].u = malloc_usable_size(b[i].p);
@@ -45,8 +42,7 @@ int main(void)
     for (int i = 0; i < N; i++) {
         void *q = realloc(b[i].p, b[i].u);
         CHECK(q != NULL);
-        if (b[i].u < 65536)
-            CHECKF(q == b[i].p, "realloc(p, usable %zu) moved the block", b[i].u);
+        if (b[i].u < 65536) CHECKF(q == b[i].p, "realloc(p, usable %zu) moved the block", b[i].u);
         free(q);
     }
     return 0;

@@ -4,7 +4,7 @@
 # table of the results followed by why each failure failed.
 #
 # usage: tests/glibc/compare.sh [--jobs N] [TEST...]
-# Logs: build/glibc/logs/<allocator>/<test>.log.  Builds the tests first.
+# Logs: build/glibc/logs/compare-<allocator>/<test>.log.  Builds the tests first.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -38,9 +38,9 @@ trap 'rm -rf "$out"' EXIT
 for i in "${!names[@]}"; do
   echo "running under ${names[$i]} ..." >&2
   if [ -n "${libs[$i]}" ]; then
-    bash "$here/run.sh" "${opts[@]}" --lib "${libs[$i]}" --label "${names[$i]}" "${tests[@]}" > "$out/${names[$i]}"
+    bash "$here/run.sh" "${opts[@]}" --lib "${libs[$i]}" --label "compare-${names[$i]}" "${tests[@]}" > "$out/${names[$i]}"
   else
-    bash "$here/run.sh" "${opts[@]}" --label glibc "${tests[@]}" > "$out/glibc"
+    bash "$here/run.sh" "${opts[@]}" --label compare-glibc "${tests[@]}" > "$out/glibc"
   fi
 done
 

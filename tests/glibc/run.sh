@@ -10,7 +10,7 @@
 #                the library's file name, or "glibc")
 #   --jobs N     tests run N at a time (default: number of CPUs)
 #   TEST...      a subset of tests.txt (default: all of it)
-# Environment: GLIBC_TIMEOUTFACTOR (default 3) scales the glibc test
+# Environment: GLIBC_TIMEOUTFACTOR (default 2) scales the glibc test
 # driver's own per-test timeout (20 s, or the test's TIMEOUT), as glibc's
 # TIMEOUTFACTOR does.  Always exits 0: the lines are the result.
 set -u
@@ -35,7 +35,7 @@ else
   mapfile -t tests < <(awk '/^[a-z]/ {print $1}' "$here/tests.txt")
 fi
 [ -n "$label" ] || label=$([ -n "$lib" ] && basename "$lib" || echo glibc)
-factor=${GLIBC_TIMEOUTFACTOR:-3}
+factor=${GLIBC_TIMEOUTFACTOR:-2}
 logdir=$root/build/glibc/logs/$label
 rm -rf "$logdir" && mkdir -p "$logdir"
 
@@ -94,12 +94,17 @@ for t in "${tests[@]}"; do
 done
 wait
 
-lastline() {
-  grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1 | tr -d '\r' | cut -c1-160
+# The most telling line of a log: a timeout, else the first error the test
+# or the driver reported, else the last line.
+reason() {
+  local l
+  l=$(grep -m1 -E '^Timed out|Didn.t expect signal|^error: |not true:|FAIL|Fatal|[Aa]borted' "$1" 2>/dev/null)
+  [ -n "$l" ] || l=$(grep -v '^[[:space:]]*$' "$1" 2>/dev/null | tail -n 1)
+  printf '%s' "$l" | tr -d '\r' | cut -c1-160
 }
 for t in "${tests[@]}"; do
   rc=$(cat "$logdir/$t.rc" 2>/dev/null || echo 255)
-  why=$(lastline "$logdir/$t.log")
+  why=$(reason "$logdir/$t.log")
   case "$rc" in
     0) echo "PASS glibc/$t" ;;
     77) echo "SKIP glibc/$t unsupported: ${why:-exit 77}" ;;

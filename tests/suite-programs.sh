@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Real programs under LD_PRELOAD give the same output as under glibc:
+#   python3 (PYTHONMALLOC=malloc) object churn, perl hash and sort churn,
+#   gcc -O2 on a generated ~3000-line C file (assembly, object and the
+#   program's output compared), sqlite3 on an in-memory database.
+#   TEST_PRELOAD  library to preload; defaults to $TIDEMALLOC_LIB (set it to a
+#                 peer, or to the empty string for glibc, to validate the suite).
+#   TEST_TIMEOUT  seconds per program run (default 90).
+# Prints PASS/FAIL/SKIP lines; always exits 0.
+set -u
+root=${TIDEMALLOC_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root" || exit 0
+preload=${TEST_PRELOAD-${TIDEMALLOC_LIB:-$root/build/libtidemalloc.so}}
+tmo=${TEST_TIMEOUT:-90}
+progs=$root/tests/programs
+work=$(mktemp -d "${TMPDIR:-/tmp}/tidemalloc-programs.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+names=(preload-active python3-churn perl-churn gcc-O2-generated sqlite3-memory)
+if [ -n "$preload" ] && [ ! -e "$preload" ]; then
+  for n in "${names[@]}"; do echo "SKIP $n library $preload not built"; done
+  exit 0
+fi
+
+# run_one OUTDIR CMD... : runs CMD in OUTDIR (stdout, stderr, rc files),
+# with the library under test preloaded when OUTDIR ends in "test".
+run_one() {
+  local dir=$1; shift
+  mkdir -p "$dir"
+  if [ "${dir##*/}" = test ] && [ -n "$preload" ]; then
+    (cd "$dir" && timeout -k 5 "$tmo" env LD_PRELOAD="$preload" "$@" >stdout 2>stderr </dev/null)
+  else
+    (cd "$dir" && timeout -k 5 "$tmo" "$@" >stdout 2>stderr </dev/null)
+  fi
+  echo $? >"$dir/rc"
+}
+
+# verdict NAME FILE... : compares rc, stdout and each named output file of
+# the reference run and the run under test.
+verdict() {
+  local name=$1; shift
+  local ref=$work/$name/ref test=$work/$name/test
+  local rr rt
+  rr=$(cat "$ref/rc"); rt=$(cat "$test/rc")
+  if [ "$rr" != 0 ]; then
+    echo "FAIL $name reference run (glibc) failed with status $rr: $(head -c 200 "$ref/stderr" | tr '\n' ' ')"
+    return
+  fi
+  if [ "$rt" != 0 ]; then
+    local why="exit status $rt"
+    [ "$rt" = 124 ] || [ "$rt" = 137 ] && why="timed out after ${tmo}s"
+    [ "$rt" -gt 128 ] && [ "$rt" != 137 ] && why="killed by signal $((rt - 128)) ($(kill -l $((rt - 128)) 2>/dev/null))"
+    echo "FAIL $name $why: $(head -c 200 "$test/stderr" | tr '\n' ' ')"
+    return
+  fi
+  for f in stdout "$@"; do
+    if ! cmp -s "$ref/$f" "$test/$f"; then
+      echo "FAIL $name $f differs from glibc's: $(diff "$ref/$f" "$test/$f" 2>/dev/null | head -3 | tr '\n' ' ' | cut -c1-200)"
+      return
+    fi
+  done
+  if [ ! -s "$ref/stdout" ]; then
+    echo "FAIL $name produced no output"
+    return
+  fi
+  echo "PASS $name"
+}
+
+# The library really is loaded (otherwise every comparison passes trivially).
+if [ -n "$preload" ]; then
+  base=$(basename "$(readlink -f "$preload")")
+  if LD_PRELOAD=$preload cat /proc/self/maps 2>/dev/null | grep -q -F "$base"; then
+    echo "PASS preload-active"
+  else
+    echo "FAIL preload-active $preload does not appear in a preloaded process's maps"
+  fi
+else
+  echo "SKIP preload-active no library preloaded (glibc run)"
+fi
+
+# python3 with every object from malloc.
+if [ -x /usr/bin/python3 ]; then
+  for side in ref test; do
+    run_one "$work/python3-churn/$side" env PYTHONMALLOC=malloc PYTHONHASHSEED=0 \
+      /usr/bin/python3 "$progs/churn.py" 12
+  done
+  verdict python3-churn
+else
+  echo "SKIP python3-churn /usr/bin/python3 not installed"
+fi
+
+# perl hash and sort churn.
+if command -v perl >/dev/null; then
+  for side in ref test; do
+    run_one "$work/perl-churn/$side" env PERL_HASH_SEED=0 PERL_PERTURB_KEYS=0 \
+      perl "$progs/churn.pl" 8
+  done
+  verdict perl-churn
+else
+  echo "SKIP perl-churn perl not installed"
+fi
+
+# gcc -O2 on a generated C file: the assembly, the object and the built
+# program's output must be the same (the driver, cc1, as and ld all run
+# with the library preloaded).
+if command -v gcc >/dev/null && [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 "$progs/gen_c.py" 280 >"$work/gen.c"
+  for side in ref test; do
+    run_one "$work/gcc-O2-generated/$side" sh -c \
+      'gcc -O2 -Wall -S "$1" -o gen.s && gcc -O2 -Wall -c "$1" -o gen.o && gcc gen.o -o gen && ./gen' \
+      sh "$work/gen.c"
+  done
+  verdict gcc-O2-generated gen.s gen.o
+else
+  echo "SKIP gcc-O2-generated gcc or python3 not installed"
+fi
+
+# sqlite3 on an in-memory database.
+if command -v sqlite3 >/dev/null; then
+  for side in ref test; do
+    run_one "$work/sqlite3-memory/$side" sh -c 'sqlite3 :memory: <"$1"' sh "$progs/sqlite.sql"
+  done
+  verdict sqlite3-memory
+else
+  echo "SKIP sqlite3-memory sqlite3 not installed"
+fi
+exit 0
