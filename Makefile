@@ -37,6 +37,8 @@ $(LIB_A): $(LIB_OBJS)
 -include tests/glibc/glibc.mk
 -include bench/bench.mk
 -include tools/tools.mk
+-include tests/release/release.mk
+-include tests/hardening/hardening.mk
 
 # Every suite prints PASS/FAIL/SKIP lines; tests/run.sh adds them up.
 test: lib

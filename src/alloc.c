@@ -8,7 +8,6 @@
 
 #include "internal.h"
 
-#define API __attribute__((visibility("default")))
 
 /* Largest size served from size classes: SMALL_MAX, or less when the user set
  * a lower mmap threshold (options.c keeps it in step). */
@@ -31,9 +30,9 @@ static inline void *malloc_inline(size_t size) {
     return heap_malloc_slow(heap, size);
 }
 
-API void *malloc(size_t size) { return malloc_inline(size); }
+API void *TM_NAME(malloc)(size_t size) { return malloc_inline(size); }
 
-API void *calloc(size_t count, size_t size) {
+API void *TM_NAME(calloc)(size_t count, size_t size) {
     size_t total;
     if (unlikely(__builtin_mul_overflow(count, size, &total))) {
         errno = ENOMEM;
@@ -66,12 +65,12 @@ static void *memalign_internal(size_t alignment, size_t size) {
     return heap_malloc_aligned(t_heap, alignment, size);
 }
 
-API void *memalign(size_t alignment, size_t size) { return memalign_internal(alignment, size); }
-API void *aligned_alloc(size_t alignment, size_t size) {
+API void *TM_NAME(memalign)(size_t alignment, size_t size) { return memalign_internal(alignment, size); }
+API void *TM_NAME(aligned_alloc)(size_t alignment, size_t size) {
     return memalign_internal(alignment, size);
 }
 
-API int posix_memalign(void **result, size_t alignment, size_t size) {
+API int TM_NAME(posix_memalign)(void **result, size_t alignment, size_t size) {
     if (alignment % sizeof(void *) != 0 || (alignment & (alignment - 1)) != 0 || alignment == 0)
         return EINVAL;
     void *p = memalign_internal(alignment, size);
@@ -80,9 +79,9 @@ API int posix_memalign(void **result, size_t alignment, size_t size) {
     return 0;
 }
 
-API void *valloc(size_t size) { return memalign_internal(OS_PAGE_SIZE, size); }
+API void *TM_NAME(valloc)(size_t size) { return memalign_internal(OS_PAGE_SIZE, size); }
 
-API void *pvalloc(size_t size) {
+API void *TM_NAME(pvalloc)(size_t size) {
     if (size > SIZE_MAX - OS_PAGE_SIZE) {
         errno = ENOMEM;
         return NULL;
@@ -91,7 +90,7 @@ API void *pvalloc(size_t size) {
     return memalign_internal(OS_PAGE_SIZE, rounded ? rounded : OS_PAGE_SIZE);
 }
 
-API void *realloc(void *p, size_t size) {
+API void *TM_NAME(realloc)(void *p, size_t size) {
     if (p == NULL) return malloc_inline(size);
     if (size == 0) { /* glibc 2.36: frees and returns NULL */
         free_internal(p);
@@ -111,19 +110,21 @@ API void *realloc(void *p, size_t size) {
     return fresh;
 }
 
-API void *reallocarray(void *p, size_t count, size_t size) {
+API void *TM_NAME(reallocarray)(void *p, size_t count, size_t size) {
     size_t total;
     if (__builtin_mul_overflow(count, size, &total)) {
         errno = ENOMEM;
         return NULL;
     }
-    return realloc(p, total);
+    return TM_NAME(realloc)(p, total);
 }
 
 /* glibc exports these for programs and libraries that call them directly. */
+#ifndef TIDEMALLOC_PREFIX
 API void *__libc_malloc(size_t size) __attribute__((alias("malloc"), copy(malloc)));
 API void *__libc_calloc(size_t count, size_t size) __attribute__((alias("calloc"), copy(calloc)));
 API void *__libc_realloc(void *p, size_t size) __attribute__((alias("realloc"), copy(realloc)));
 API void *__libc_memalign(size_t alignment, size_t size) __attribute__((alias("memalign"), copy(memalign)));
 API void *__libc_valloc(size_t size) __attribute__((alias("valloc"), copy(valloc)));
 API void *__libc_pvalloc(size_t size) __attribute__((alias("pvalloc"), copy(pvalloc)));
+#endif

@@ -8,7 +8,6 @@
 
 #include "internal.h"
 
-#define API __attribute__((visibility("default")))
 
 void report_invalid_pointer(const char *message) { fatal_error(message); }
 
@@ -81,18 +80,20 @@ static inline void free_inline(void *p) {
 
 void free_internal(void *p) { free_inline(p); }
 
-API void free(void *p) { free_inline(p); }
-API void cfree(void *p) { free_inline(p); }
-API void free_sized(void *p, size_t size) {
+API void TM_NAME(free)(void *p) { free_inline(p); }
+API void TM_NAME(cfree)(void *p) { free_inline(p); }
+API void TM_NAME(free_sized)(void *p, size_t size) {
     (void)size;
     free_inline(p);
 }
-API void free_aligned_sized(void *p, size_t alignment, size_t size) {
+API void TM_NAME(free_aligned_sized)(void *p, size_t alignment, size_t size) {
     (void)alignment;
     (void)size;
     free_inline(p);
 }
+#ifndef TIDEMALLOC_PREFIX
 API void __libc_free(void *p) __attribute__((alias("free"), copy(free)));
+#endif
 
 size_t block_usable_size(const void *p, const char *message) {
     if (!segment_map_contains((uintptr_t)p)) {
@@ -103,7 +104,7 @@ size_t block_usable_size(const void *p, const char *message) {
     return page_of_block((void *)p, message)->block_size;
 }
 
-API size_t malloc_usable_size(void *p) {
+API size_t TM_NAME(malloc_usable_size)(void *p) {
     if (p == NULL) return 0;
     return block_usable_size(p, "malloc_usable_size(): invalid pointer");
 }

@@ -1,6 +1,7 @@
 /* Process-wide initialisation: keys, options, fork handlers. Runs on the
  * first allocation of any thread, or from the library constructor. */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <string.h>
 #include <sys/auxv.h>
 #include <time.h>
@@ -44,9 +45,17 @@ void allocator_init(void) {
     while (atomic_load_explicit(&g_initialized, memory_order_acquire) != 2) __builtin_ia32_pause();
 }
 
+int g_stats_fd = 2; /* stderr, or a copy of it that outlives close(2) */
+
 __attribute__((constructor)) static void library_constructor(void) {
     allocator_init();
     fork_handlers_install();
+    /* Programs such as ls close stderr in an atexit handler, before our
+     * destructor runs: keep a private copy for the exit summary. */
+    if (g_options.print_stats) {
+        int fd = fcntl(2, F_DUPFD_CLOEXEC, 100);
+        if (fd >= 0) g_stats_fd = fd;
+    }
 }
 
 __attribute__((destructor)) static void library_destructor(void) {

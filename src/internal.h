@@ -20,6 +20,15 @@
 #define NOINLINE    __attribute__((noinline))
 #define NORETURN    __attribute__((noreturn))
 
+/* Public names. A sanitizer test build defines TIDEMALLOC_PREFIX to get
+ * tm_malloc, tm_free... that interpose nothing (tests/sanitize/). */
+#define API __attribute__((visibility("default")))
+#ifdef TIDEMALLOC_PREFIX
+#define TM_NAME(name) tm_##name
+#else
+#define TM_NAME(name) name
+#endif
+
 /* ---- options.c: every tunable in one table ---- */
 struct options {
     size_t trim_threshold;   /* retained free bytes kept before releasing */

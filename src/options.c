@@ -12,7 +12,6 @@
 #include "../include/tidemalloc.h"
 #include "internal.h"
 
-#define API __attribute__((visibility("default")))
 #define DEFAULT_MMAP_THRESHOLD     ((size_t)128 << 10)
 #define DEFAULT_TRIM_THRESHOLD     ((size_t)128 << 10)
 #define DEFAULT_MMAP_THRESHOLD_MAX ((size_t)32 << 20) /* glibc's on 64-bit */
@@ -106,7 +105,7 @@ static int set_option(int param, long value) {
     }
 }
 
-API int mallopt(int param, int value) {
+API int TM_NAME(mallopt)(int param, int value) {
     allocator_init();
     spin_lock(&options_lock);
     int result = set_option(param, value);

@@ -16,7 +16,6 @@
 
 #include "internal.h"
 
-#define API __attribute__((visibility("default")))
 
 struct spin_lock g_purge_lock = SPIN_LOCK_INIT; /* one purger at a time */
 static _Atomic uint32_t last_pass_ms;           /* start of the latest pass */
@@ -138,7 +137,7 @@ void purge_atfork_child(void) {
     atomic_store_explicit(&purger_request, 0, memory_order_relaxed);
 }
 
-API int malloc_trim(size_t pad) {
+API int TM_NAME(malloc_trim)(size_t pad) {
     allocator_init();
     extern void heap_collect_current(void) INTERNAL;
     heap_collect_current();

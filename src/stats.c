@@ -11,7 +11,6 @@
 #include "../include/tidemalloc.h"
 #include "internal.h"
 
-#define API __attribute__((visibility("default")))
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed) /* statistics only */
 
 API void tidemalloc_stats(struct tidemalloc_stats *out) {
@@ -76,7 +75,7 @@ static void usage_total(struct usage *u, uint64_t owner, bool all) {
     spin_unlock(&g_registry_lock);
 }
 
-API struct mallinfo2 mallinfo2(void) {
+API struct mallinfo2 TM_NAME(mallinfo2)(void) {
     struct mallinfo2 m;
     memset(&m, 0, sizeof m);
     struct usage u;
@@ -92,8 +91,8 @@ API struct mallinfo2 mallinfo2(void) {
     return m;
 }
 
-API struct mallinfo mallinfo(void) {
-    struct mallinfo2 m2 = mallinfo2();
+API struct mallinfo TM_NAME(mallinfo)(void) {
+    struct mallinfo2 m2 = TM_NAME(mallinfo2)();
     struct mallinfo m;
     m.arena = (int)m2.arena;
     m.ordblks = (int)m2.ordblks;
@@ -133,7 +132,7 @@ static unsigned heap_ids(uint64_t *ids, unsigned max) {
     return n;
 }
 
-API void malloc_stats(void) {
+API void TM_NAME(malloc_stats)(void) {
     int old_state;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_state);
     int saved = errno;
@@ -169,7 +168,7 @@ static void xml_line(FILE *fp, const char *format, uint64_t a, uint64_t b) {
     if (n > 0) fwrite(line, 1, (size_t)n, fp);
 }
 
-API int malloc_info(int options, FILE *fp) {
+API int TM_NAME(malloc_info)(int options, FILE *fp) {
     if (options != 0) return EINVAL;
     uint64_t ids[256];
     unsigned n = heap_ids(ids, 256);
@@ -209,7 +208,8 @@ API int malloc_info(int options, FILE *fp) {
 
 /* TIDEMALLOC_STATS=1: a summary on stderr at exit, written without malloc. */
 void stats_print_at_exit(void) {
-    struct out_buffer out = {.fd = 2, .length = 0};
+    extern int g_stats_fd INTERNAL;
+    struct out_buffer out = {.fd = g_stats_fd, .length = 0};
     struct tidemalloc_stats s;
     tidemalloc_stats(&s);
     uint64_t peak_kib = 0;
