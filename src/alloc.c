@@ -97,11 +97,11 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
         return NULL;
     }
     size_t usable = block_usable_size(p, "realloc(): invalid pointer");
+    if (size <= usable && (size >= usable / 2 || usable <= 64) && !g_options.checked)
+        return p; /* shrinking in place unless most of the block would idle */
     if (!segment_map_contains((uintptr_t)p)) {
         void *moved = huge_realloc(p, size); /* in place or mremap */
         if (moved) return moved;
-    } else if (size <= usable && (size >= usable / 2 || usable <= 64)) {
-        return p; /* shrinking in place unless most of the block would idle */
     }
     void *fresh = malloc_inline(size);
     if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */

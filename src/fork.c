@@ -1,8 +1,8 @@
 /* fork: every allocator lock is taken, in one fixed order, before fork and
  * released in both processes after it, so the child finds consistent state
  * and can allocate at once even if the parent had many threads.
- * Lock order: purge, heaps, segment cache, abandoned, registry, each
- * segment's lock (registry order), huge. */
+ * Lock order: purge, heaps, each heap's page cache, segment cache,
+ * abandoned, registry, each segment's lock (registry order), huge. */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sys/single_threaded.h>
@@ -12,14 +12,17 @@
 extern struct spin_lock g_purge_lock INTERNAL;
 
 /* A single-threaded process may fork from a signal handler that interrupted
- * malloc (glibc allows it): then no lock is taken, as glibc does. */
+ * malloc (glibc allows it): then no lock is taken, as glibc does. Likewise
+ * when the handler interrupted this very thread inside one of our locks. */
 static bool locked_for_fork;
+__thread unsigned t_locks_held __attribute__((tls_model("initial-exec")));
 
 static void fork_prepare(void) {
-    locked_for_fork = !__libc_single_threaded;
+    locked_for_fork = !__libc_single_threaded && t_locks_held == 0;
     if (!locked_for_fork) return;
     spin_lock(&g_purge_lock);
     spin_lock(&g_heaps_lock);
+    for (struct heap *h = g_heaps; h; h = h->next_heap) spin_lock(&h->cache_lock);
     spin_lock(&g_segment_cache_lock);
     spin_lock(&g_abandoned_lock);
     spin_lock(&g_registry_lock);
@@ -34,6 +37,7 @@ static void fork_release(void) {
     spin_unlock(&g_registry_lock);
     spin_unlock(&g_abandoned_lock);
     spin_unlock(&g_segment_cache_lock);
+    for (struct heap *h = g_heaps; h; h = h->next_heap) spin_unlock(&h->cache_lock);
     spin_unlock(&g_heaps_lock);
     spin_unlock(&g_purge_lock);
 }

@@ -20,13 +20,35 @@ static inline struct page *page_of_block(void *p, const char *message) {
     struct page *page = &segment->pages[slice];
     uintptr_t offset = (uintptr_t)p - ((uintptr_t)segment + (slice << SLICE_SHIFT));
     if (unlikely(offset >= page->area_size)) report_invalid_pointer(message);
-    uint64_t index = ((uint64_t)offset * page->block_size_inverse) >> 40;
-    if (unlikely(index * page->block_size != offset)) report_invalid_pointer(message);
+    /* offset is a multiple of the block size iff the low 40 bits of
+     * offset * ceil(2^40 / size) stay below that reciprocal (offset < 2^20). */
+    uint64_t product = (uint64_t)offset * page->block_size_inverse;
+    if (unlikely((product & (((uint64_t)1 << 40) - 1)) >= page->block_size_inverse))
+        report_invalid_pointer(message);
     return page;
+}
+
+static inline void free_local(struct heap *heap, struct page *page, struct block *b) {
+    block_link_set(b, page->free);
+    b->free_key = g_free_key;
+    page->free = b;
+    /* the only page of its class stays: a malloc/free loop must not thrash */
+    if (unlikely(--page->used == 0) && (page->next != page || page->slice_count > 1))
+        heap_page_empty(heap, page);
 }
 
 static NOINLINE void free_remote(struct page *page, struct block *b) {
     if (unlikely(b->free_key == g_free_key)) fatal_error("free(): double free detected");
+    if (unlikely(g_options.checked)) {
+        struct heap *heap = t_heap;
+        checked_before_free(page, b);
+        /* relaxed: as in free_inline */
+        if (atomic_load_explicit(&segment_of(b)->owner_id, memory_order_relaxed) ==
+            (heap->id | OWNER_CHECKED_BIT)) {
+            free_local(heap, page, b);
+            return;
+        }
+    }
     b->free_key = g_free_key;
     /* relaxed load: the CAS below re-reads and validates it. */
     struct block *head = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
@@ -35,14 +57,6 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
         /* release: the owner's acquire exchange must see the link we wrote. */
     } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &head, b,
                                                     memory_order_release, memory_order_relaxed));
-}
-
-static inline void free_local(struct heap *heap, struct page *page, struct block *b) {
-    block_link_set(b, page->free);
-    b->free_key = g_free_key;
-    page->free = b;
-    /* the only page of its class stays: a malloc/free loop must not thrash */
-    if (unlikely(--page->used == 0) && page->next != page) heap_page_empty(heap, page);
 }
 
 /* The block already carries the free key: verify before freeing it. A
@@ -101,7 +115,9 @@ size_t block_usable_size(const void *p, const char *message) {
         if (usable == 0) report_invalid_pointer(message);
         return usable;
     }
-    return page_of_block((void *)p, message)->block_size;
+    struct page *page = page_of_block((void *)p, message);
+    if (unlikely(g_options.secure)) return checked_usable_size(page, p);
+    return page->block_size;
 }
 
 API size_t TM_NAME(malloc_usable_size)(void *p) {

@@ -28,6 +28,7 @@ static _Atomic int heap_key_ready;
 #define QUEUE_SEARCH_MAX 8   /* pages looked at before a fresh page is taken */
 
 static void heap_thread_exit(void *arg);
+static void page_cache_flush(struct heap *heap, bool everything);
 
 /* ---- class queues: circular lists whose head is pages_direct[class] ---- */
 
@@ -151,7 +152,7 @@ static void heap_collect(struct heap *heap, bool exiting) {
         while (remaining-- > 0) {
             struct page *next = page->next;
             page_collect_remote(page);
-            if (page->used == 0 && (exiting || page->next != page)) {
+            if (page->used == 0 && (exiting || page->next != page || page->slice_count > 1)) {
                 queue_remove(head, page, &g_empty_page);
                 segment_page_free(heap, page);
             }
@@ -165,6 +166,7 @@ static void heap_thread_exit(void *arg) {
     int saved = errno;
     t_heap = &g_empty_heap;
     heap_collect(heap, true);
+    page_cache_flush(heap, true);
     /* Pages still in use (blocks other threads hold) stay in their segments,
      * which other threads adopt; empty segments go back to the cache. */
     struct segment *lists[2] = {heap->segments_avail, heap->segments_full};
@@ -232,13 +234,117 @@ void heap_adopt_page(struct heap *heap, struct page *page) {
     }
 }
 
+/* ---- the page cache: recently emptied pages, reused without touching the
+ * segment. A lock (uncontended but for purgers) lets malloc_trim and the
+ * purger release a cached page's memory while its thread sleeps. ---- */
+
+#define PAGE_CACHE_SLOTS (sizeof(((struct heap *)0)->page_cache) / sizeof(struct cached_page))
+
+static uint64_t page_bytes(const struct page *page) { return (uint64_t)page->slice_count << SLICE_SHIFT; }
+
+static void retained_change(uint64_t bytes, bool add) {
+    /* relaxed: a statistic and a purge trigger, as in segment.c */
+    if (add) atomic_fetch_add_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
+    else atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
+}
+
+static void page_cache_push(struct heap *heap, struct page *page) {
+    struct page *evicted = NULL;
+    spin_lock(&heap->cache_lock);
+    if (heap->page_cache_count == PAGE_CACHE_SLOTS) {
+        struct cached_page oldest = heap->page_cache[0];
+        for (unsigned i = 1; i < PAGE_CACHE_SLOTS; i++) heap->page_cache[i - 1] = heap->page_cache[i];
+        heap->page_cache_count--;
+        evicted = oldest.page;
+        if (!oldest.clean) retained_change(page_bytes(evicted), false);
+    }
+    heap->page_cache[heap->page_cache_count++] = (struct cached_page){page, clock_ms(), 0};
+    spin_unlock(&heap->cache_lock);
+    retained_change(page_bytes(page), true);
+    if (evicted) segment_page_free(heap, evicted);
+}
+
+/* A cached page for class `cls` (best: same class, free list intact), else one
+ * of the same size in slices. NULL if none. *reusable: its free list can stay. */
+static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned slices, bool *reusable) {
+    if (heap->page_cache_count == 0) return NULL; /* owner's own field: no lock to peek */
+    spin_lock(&heap->cache_lock);
+    int found = -1;
+    for (int i = (int)heap->page_cache_count - 1; i >= 0; i--) {
+        struct page *p = heap->page_cache[i].page;
+        if (p->slice_count != slices) continue;
+        if (p->class_index == cls && !heap->page_cache[i].clean) {
+            found = i;
+            break;
+        }
+        if (found < 0) found = i;
+    }
+    struct page *page = NULL;
+    if (found >= 0) {
+        struct cached_page entry = heap->page_cache[found];
+        for (unsigned i = (unsigned)found + 1; i < heap->page_cache_count; i++)
+            heap->page_cache[i - 1] = heap->page_cache[i];
+        heap->page_cache_count--;
+        page = entry.page;
+        *reusable = !entry.clean && page->class_index == cls;
+        if (!entry.clean) retained_change(page_bytes(page), false);
+        page->is_zero = entry.clean;
+    }
+    spin_unlock(&heap->cache_lock);
+    return page;
+}
+
+/* Gives cached pages back to their segments: those older than the purge
+ * delay, or all of them. */
+static void page_cache_flush(struct heap *heap, bool everything) {
+    if (heap->page_cache_count == 0) return;
+    uint32_t now = clock_ms();
+    for (;;) {
+        struct cached_page entry = {NULL, 0, 0};
+        spin_lock(&heap->cache_lock);
+        if (heap->page_cache_count > 0 &&
+            (everything || (uint32_t)(now - heap->page_cache[0].freed_ms) >= g_options.purge_delay_ms)) {
+            entry = heap->page_cache[0];
+            for (unsigned i = 1; i < heap->page_cache_count; i++) heap->page_cache[i - 1] = heap->page_cache[i];
+            heap->page_cache_count--;
+        }
+        spin_unlock(&heap->cache_lock);
+        if (entry.page == NULL) return;
+        if (!entry.clean) retained_change(page_bytes(entry.page), false);
+        segment_page_free(heap, entry.page);
+    }
+}
+
+/* Purger or malloc_trim, any thread, heaps lock held: release the memory of
+ * cached pages free for min_age_ms; they stay cached, clean. */
+size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) {
+    size_t released = 0;
+    spin_lock(&heap->cache_lock);
+    for (unsigned i = 0; i < heap->page_cache_count; i++) {
+        struct cached_page *entry = &heap->page_cache[i];
+        if (entry->clean || (uint32_t)(now - entry->freed_ms) < min_age_ms) continue;
+        struct page *page = entry->page;
+        if (os_release((void *)page_start(page), page_bytes(page))) {
+            entry->clean = 1;
+            retained_change(page_bytes(page), false);
+            released += page_bytes(page);
+        }
+    }
+    spin_unlock(&heap->cache_lock);
+    return released;
+}
+
 /* ---- the slow paths ---- */
 
 static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
-    struct page *page = segment_page_alloc(heap, g_class_slices[cls]);
+    bool reusable = false;
+    struct page *page = page_cache_take(heap, cls, g_class_slices[cls], &reusable);
+    if (page == NULL) page = segment_page_alloc(heap, g_class_slices[cls]);
     if (page == NULL) return NULL;
-    page_init(page, cls, g_class_size[cls]);
-    page_extend(page);
+    if (!reusable) {
+        page_init(page, cls, g_class_size[cls]);
+        page_extend(page);
+    }
     heap->pages_allocated[cls]++;
     queue_insert_head(&heap->pages_direct[cls], page);
     return page;
@@ -264,6 +370,7 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
 }
 
 static void *heap_malloc_class(struct heap *heap, unsigned cls) {
+    if (cls == 0) cls = 1; /* class 0 stays empty: malloc(0) always comes here */
     struct page *page = heap->pages_direct[cls];
     if (page->free == NULL) {
         page = heap_find_page(heap, cls);
@@ -272,15 +379,22 @@ static void *heap_malloc_class(struct heap *heap, unsigned cls) {
     struct block *b = page->free;
     struct block *next = block_link_decode(b);
     block_link_check(b, next);
+    if (unlikely(g_options.secure)) checked_before_reuse(page, b);
     page->free = next;
     page->used++;
     b->free_key = 0;
     return b;
 }
 
+void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
+    return heap_malloc_class(heap, cls);
+}
+
 static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
-    struct page *page = segment_page_alloc(heap, slices);
+    bool reusable;
+    struct page *page = page_cache_take(heap, LARGE_CLASS, slices, &reusable);
+    if (page == NULL) page = segment_page_alloc(heap, slices);
     if (page == NULL) return NULL;
     page_init(page, LARGE_CLASS, (size_t)slices << SLICE_SHIFT);
     page->capacity = 1;
@@ -288,7 +402,9 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     heap->large_allocs++;
     large_insert(heap, page);
     if (is_zero) *is_zero = page->is_zero;
-    return (void *)page_start(page);
+    struct block *b = (struct block *)page_start(page);
+    if (!page->is_zero) b->free_key = 0; /* reused slices may hold a stale key */
+    return b;
 }
 
 static bool wants_direct_map(size_t size) {
@@ -308,9 +424,15 @@ void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
     if (--heap->collect_countdown == 0) {
         heap->collect_countdown = COLLECT_INTERVAL;
         heap_collect(heap, false);
+        page_cache_flush(heap, false);
     }
     void *p;
     if (is_zero) *is_zero = false;
+    if (unlikely(g_options.checked)) {
+        p = checked_malloc(heap, size, 0, is_zero);
+        if (p == NULL) goto out_of_memory;
+        return p;
+    }
     if (wants_direct_map(size) || size > LARGE_MAX) {
         p = huge_alloc(size, 0, is_zero != NULL, !wants_direct_map(size));
         if (p && is_zero) *is_zero = true; /* huge_alloc zeroes what it reuses */
@@ -335,6 +457,11 @@ void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
     if (unlikely(heap == &g_empty_heap)) {
         heap = heap_for_thread();
         if (heap == NULL) goto out_of_memory;
+    }
+    if (unlikely(g_options.checked)) {
+        void *p = checked_malloc(heap, size, alignment, NULL);
+        if (p == NULL) goto out_of_memory;
+        return p;
     }
     if (alignment <= SLICE_SIZE && !wants_direct_map(size)) {
         size_t need = size < alignment ? alignment : size;
@@ -364,19 +491,22 @@ out_of_memory:
 }
 
 /* free() saw a page's last block come back. Keep the only page of a class
- * (a malloc/free loop must not thrash), give the others back to the segment. */
+ * if it is one slice (a malloc/free loop must not thrash; at most 64 KiB per
+ * class stays with an idle thread), give the others back to the segment,
+ * where the release policy and malloc_trim reach them. */
 void heap_page_empty(struct heap *heap, struct page *page) {
     int saved = errno;
     if (page->class_index == LARGE_CLASS) {
         large_remove(heap, page);
     } else {
-        if (page->next == page) {
+        if (page->next == page && page->slice_count == 1) {
             errno = saved;
             return;
         }
         queue_remove(&heap->pages_direct[page->class_index], page, &g_empty_page);
     }
-    segment_page_free(heap, page);
+    if (g_options.aggressive_madvise) segment_page_free(heap, page);
+    else page_cache_push(heap, page);
     purge_after_free(); /* last: it may start a thread, which allocates */
     errno = saved;
 }
@@ -395,5 +525,7 @@ void heap_double_free_check(struct heap *heap, struct page *page, struct block *
 
 /* malloc_trim: the calling thread's empty pages go back before the purge. */
 void heap_collect_current(void) {
-    if (t_heap != &g_empty_heap) heap_collect(t_heap, false);
+    if (t_heap == &g_empty_heap) return;
+    heap_collect(t_heap, false);
+    page_cache_flush(t_heap, true);
 }

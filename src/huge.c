@@ -170,7 +170,7 @@ bool huge_free(void *p) {
         return true;
     }
     os_unmap((void *)entry.base, entry.map_size);
-    if (!entry.retain) options_note_huge_free(entry.map_size);
+    if (!entry.retain) options_note_huge_free(entry.map_size + 1); /* glibc counts a header */
     return true;
 }
 
@@ -178,6 +178,7 @@ size_t huge_usable_size(const void *p) {
     spin_lock(&g_huge_lock);
     struct huge_entry *found = table_find((uintptr_t)p);
     size_t usable = found ? found->base + found->map_size - found->user : 0;
+    if (found && g_options.secure) usable -= OS_PAGE_SIZE; /* the guard page */
     spin_unlock(&g_huge_lock);
     return usable;
 }
@@ -233,4 +234,27 @@ bool huge_cache_trim(bool everything, uint32_t now) {
         released = true;
     }
     return released;
+}
+
+/* Secure mode: the block ends right before a PROT_NONE page. */
+void *huge_alloc_guarded(size_t size, size_t alignment) {
+    if (alignment < ALIGNMENT) alignment = ALIGNMENT;
+    if (size > PTRDIFF_MAX - alignment - 2 * OS_PAGE_SIZE) return NULL;
+    size_t body = (size + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
+    size_t map_size = ((body + alignment + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1)) + OS_PAGE_SIZE;
+    uintptr_t base = (uintptr_t)os_map(map_size);
+    if (base == 0) return NULL;
+    uintptr_t guard = base + map_size - OS_PAGE_SIZE;
+    os_protect_none((void *)guard, OS_PAGE_SIZE);
+    uintptr_t user = (guard - body) & ~(uintptr_t)(alignment - 1);
+    struct huge_entry entry = {user, base, map_size, false};
+    spin_lock(&g_huge_lock);
+    bool ok = table_insert(entry);
+    spin_unlock(&g_huge_lock);
+    if (!ok) {
+        os_unmap((void *)base, map_size);
+        return NULL;
+    }
+    note_live(map_size, true);
+    return (void *)user;
 }

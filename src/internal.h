@@ -41,7 +41,9 @@ struct options {
     bool print_stats;        /* TIDEMALLOC_STATS=1: summary at exit */
     uint32_t purge_delay_ms; /* how long free memory stays before release */
     int perturb;             /* MALLOC_PERTURB_ byte (0: off) */
-    int check_action;        /* MALLOC_CHECK_ value (accepted) */
+    int check_action;        /* MALLOC_CHECK_ value; 3 turns on secure mode */
+    bool secure;             /* canaries, free fill checked on reuse, guard pages */
+    bool checked;            /* secure or perturb at startup: all calls take check.c's paths */
 };
 extern struct options g_options INTERNAL;
 void options_init_from_environment(void) INTERNAL;
@@ -77,6 +79,7 @@ void os_unmap(void *address, size_t size) INTERNAL;
 bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
 void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
 void *os_map_segment(void) INTERNAL; /* SEGMENT_SIZE-aligned, NULL on failure */
+bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 
 /* ---- size classes ---- */
 extern const uint8_t g_class_of_small[65] INTERNAL; /* (size + 15) >> 4 -> class, to 1 KiB */
@@ -155,6 +158,7 @@ extern _Atomic uint64_t g_heap_count INTERNAL;
 void *heap_malloc_slow(struct heap *heap, size_t size) INTERNAL;
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) INTERNAL;
 void heap_atfork_child(void) INTERNAL;
+size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) INTERNAL;
 void heap_page_empty(struct heap *heap, struct page *page) INTERNAL;
 void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
@@ -163,6 +167,7 @@ void heap_double_free_check(struct heap *heap, struct page *page, struct block *
 
 /* ---- huge.c ---- */
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
+void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
 bool huge_free(void *p) INTERNAL;             /* false: not ours */
 size_t huge_usable_size(const void *p) INTERNAL; /* 0: not ours */
 void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
@@ -183,6 +188,15 @@ void purge_atfork_child(void) INTERNAL;
 NORETURN void report_invalid_pointer(const char *function) INTERNAL;
 size_t block_usable_size(const void *p, const char *function) INTERNAL;
 void free_internal(void *p) INTERNAL;
+
+/* ---- check.c: secure mode and MALLOC_PERTURB_ ---- */
+#define OWNER_CHECKED_BIT ((uint64_t)1 << 63) /* owner ids never match: frees go slow */
+#define SECURE_TRAILER 5 /* at least one canary byte, then the requested size (4 bytes) */
+void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) INTERNAL;
+void checked_before_free(struct page *page, struct block *b) INTERNAL;
+void checked_before_reuse(struct page *page, struct block *b) INTERNAL;
+size_t checked_usable_size(const struct page *page, const void *p) INTERNAL;
+void *heap_malloc_class_checked(struct heap *heap, unsigned cls) INTERNAL;
 
 /* ---- stats.c ---- */
 void stats_print_at_exit(void) INTERNAL;

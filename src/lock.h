@@ -11,10 +11,17 @@
 struct spin_lock {
     _Atomic int held;
 };
+
+/* Allocator locks this thread holds: fork() from a signal handler that
+ * interrupted one of them must not wait for it (fork.c). */
+extern __thread unsigned t_locks_held __attribute__((tls_model("initial-exec")))
+__attribute__((visibility("hidden")));
 #define SPIN_LOCK_INIT {0}
 
 static inline bool spin_try_lock(struct spin_lock *lock) {
-    return atomic_exchange_explicit(&lock->held, 1, memory_order_acquire) == 0;
+    bool taken = atomic_exchange_explicit(&lock->held, 1, memory_order_acquire) == 0;
+    t_locks_held += taken;
+    return taken;
 }
 
 static inline void spin_lock(struct spin_lock *lock) {
@@ -29,6 +36,7 @@ static inline void spin_lock(struct spin_lock *lock) {
 }
 
 static inline void spin_unlock(struct spin_lock *lock) {
+    t_locks_held--;
     atomic_store_explicit(&lock->held, 0, memory_order_release);
 }
 

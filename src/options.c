@@ -36,6 +36,10 @@ extern size_t g_small_limit INTERNAL;
 static struct spin_lock options_lock = SPIN_LOCK_INIT;
 
 static void small_limit_update(void) {
+    if (g_options.checked) {
+        g_small_limit = 0; /* every malloc takes the checked slow path */
+        return;
+    }
     size_t limit = g_options.mmap_max == 0 || g_options.mmap_threshold > SMALL_MAX
                        ? SMALL_MAX
                        : g_options.mmap_threshold - 1;
@@ -197,6 +201,10 @@ void options_init_from_environment(void) {
             parse_glibc_tunables(entry + 15);
             continue;
         }
+        if (strncmp(entry, "TIDEMALLOC_SECURE=", 18) == 0) {
+            g_options.secure = entry[18] != '\0' && entry[18] != '0';
+            continue;
+        }
         if (strncmp(entry, "TIDEMALLOC_STATS=", 17) == 0) {
             g_options.print_stats = entry[17] != '\0' && entry[17] != '0';
             continue;
@@ -209,5 +217,8 @@ void options_init_from_environment(void) {
                 apply(tunables[i].param, entry + n + 1, strlen(entry + n + 1));
         }
     }
+    /* Checked mode is chosen once, before any segment has an owner. */
+    g_options.secure = g_options.secure || g_options.check_action == 3;
+    g_options.checked = g_options.secure || g_options.perturb != 0;
     small_limit_update();
 }

@@ -58,21 +58,27 @@ static _Atomic uintptr_t next_segment_hint;
 void *os_map_segment(void) {
     int saved = errno;
     uintptr_t hint = atomic_load_explicit(&next_segment_hint, memory_order_relaxed);
-    if (hint != 0) {
+    /* First segment: a slot well below this library, which the kernel's
+     * top-down placement leaves free, saves the over-map and its two munmaps. */
+    if (hint == 0) hint = ((uintptr_t)&next_segment_hint & ~(uintptr_t)SEGMENT_MASK) - 64 * SEGMENT_SIZE;
+    /* MAP_FIXED_NOREPLACE fails instead of moving, so a taken hint costs one
+     * failed mmap and no munmap; a few slots further down are tried. */
+    for (int attempt = 0; hint != 0 && attempt < 4; attempt++, hint -= SEGMENT_SIZE) {
         COUNT(mmap_calls, 1);
         void *p = mmap((void *)hint, SEGMENT_SIZE, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p != MAP_FAILED && ((uintptr_t)p & SEGMENT_MASK) == 0) {
-            atomic_store_explicit(&next_segment_hint, (uintptr_t)p - SEGMENT_SIZE,
-                                  memory_order_relaxed);
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        if (p == (void *)hint) {
+            atomic_store_explicit(&next_segment_hint, hint - SEGMENT_SIZE, memory_order_relaxed);
             COUNT(bytes_mapped, SEGMENT_SIZE);
             errno = saved;
             return p;
         }
-        if (p != MAP_FAILED) {
+        if (p != MAP_FAILED) { /* an old kernel ignored the flag */
             COUNT(munmap_calls, 1);
             munmap(p, SEGMENT_SIZE);
+            break;
         }
+        if (errno != EEXIST) break;
     }
     /* Over-map by one segment and cut the unaligned ends off. */
     size_t span = 2 * SEGMENT_SIZE;
@@ -98,4 +104,11 @@ void *os_map_segment(void) {
     COUNT(bytes_mapped, SEGMENT_SIZE);
     errno = saved;
     return aligned;
+}
+
+bool os_protect_none(void *address, size_t size) {
+    int saved = errno;
+    bool ok = mprotect(address, size, PROT_NONE) == 0;
+    errno = saved;
+    return ok;
 }

@@ -32,6 +32,7 @@ bool page_extend(struct page *page) {
     for (uint32_t i = count; i-- > 0;) {
         struct block *b = (struct block *)(first + (size_t)i * page->block_size);
         block_link_set(b, next);
+        b->free_key = 0; /* slices may be reused dirty: no stale key may remain */
         next = b;
     }
     page->free = next;

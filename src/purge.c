@@ -42,6 +42,10 @@ static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything) {
     for (struct segment *s = g_registry; s; s = s->all_next)
         released += segment_purge(s, now, min_age_ms);
     spin_unlock(&g_registry_lock);
+    spin_lock(&g_heaps_lock);
+    for (struct heap *heap = g_heaps; heap; heap = heap->next_heap)
+        released += heap_cache_purge(heap, now, min_age_ms);
+    spin_unlock(&g_heaps_lock);
     bool any = released > 0;
     any |= huge_cache_trim(everything, now);
     any |= segment_cache_trim(everything, now);
@@ -104,6 +108,8 @@ static void purger_wake(void) {
     } else if (state == 1) {
         return;
     }
+    /* relaxed peek: a request already pending needs no second one. */
+    if (atomic_load_explicit(&purger_request, memory_order_relaxed) != 0) return;
     /* release: the helper's acquire exchange sees the state that asked. */
     if (atomic_exchange_explicit(&purger_request, 1, memory_order_release) == 0)
         syscall(SYS_futex, &purger_request, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
@@ -137,9 +143,52 @@ void purge_atfork_child(void) {
     atomic_store_explicit(&purger_request, 0, memory_order_relaxed);
 }
 
+/* malloc_trim: blocks that other threads freed into a live thread's pages
+ * wait on the pages' thread_free lists until that thread collects them. Take
+ * each list for a moment (one exchange: the owner, finding it empty, cannot
+ * retire the page meanwhile, since those blocks still count as used), release
+ * the whole OS pages inside its blocks past their link words, and push the
+ * list back. Descriptors are read without the owner's cooperation: fields of
+ * an in-use page are constant, and an exchange on a page that changed hands
+ * only yields blocks of its new, equally constant, layout. */
+static size_t release_remote_freed_blocks(void) {
+    size_t released = 0;
+    spin_lock(&g_registry_lock);
+    for (struct segment *s = g_registry; s; s = s->all_next) {
+        for (unsigned i = 1; i < SLICES_PER_SEGMENT; i++) {
+            struct page *page = &s->pages[i];
+            /* relaxed: a hint; the exchange below is what takes the list */
+            if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == NULL) continue;
+            struct block *list =
+                atomic_exchange_explicit(&page->thread_free, NULL, memory_order_acquire);
+            if (list == NULL) continue;
+            size_t block_size = __atomic_load_n(&page->block_size, __ATOMIC_RELAXED);
+            struct block *tail = list;
+            for (struct block *b = list; b; b = block_link_decode(b)) {
+                uintptr_t from = ((uintptr_t)b + sizeof(struct block) + OS_PAGE_SIZE - 1) &
+                                 ~(uintptr_t)(OS_PAGE_SIZE - 1);
+                uintptr_t to = ((uintptr_t)b + block_size) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
+                if (to > from && os_release((void *)from, to - from)) released += to - from;
+                tail = b;
+            }
+            struct block *head = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+            do {
+                block_link_set(tail, head);
+                /* release: as in free_remote */
+            } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &head, list,
+                                                            memory_order_release,
+                                                            memory_order_relaxed));
+        }
+    }
+    spin_unlock(&g_registry_lock);
+    return released;
+}
+
 API int TM_NAME(malloc_trim)(size_t pad) {
     allocator_init();
     extern void heap_collect_current(void) INTERNAL;
     heap_collect_current();
-    return purge_everything(pad) ? 1 : 0;
+    bool any = purge_everything(pad);
+    if (release_remote_freed_blocks() > 0) any = true;
+    return any ? 1 : 0;
 }

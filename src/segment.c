@@ -85,7 +85,8 @@ static void segment_take_ownership(struct heap *heap, struct segment *segment) {
     segment->heap = heap;
     /* relaxed: other threads only compare it with their own id; a stale value
      * sends them down the remote-free path, which is always correct. */
-    atomic_store_explicit(&segment->owner_id, heap->id, memory_order_relaxed);
+    uint64_t owner = heap->id | (g_options.checked ? OWNER_CHECKED_BIT : 0);
+    atomic_store_explicit(&segment->owner_id, owner, memory_order_relaxed);
     segment->in_full_list = 0;
     list_push(&heap->segments_avail, segment);
 }
@@ -224,8 +225,10 @@ bool segment_cache_trim(bool everything, uint32_t now) {
         spin_lock(&g_segment_cache_lock);
         for (struct segment **link = &segment_cache; *link; link = &(*link)->next) {
             struct segment *s = *link;
+            /* no purger can be at work on it: passes hold the registry lock,
+             * which segment_destroy needs too */
             bool clean = (s->dirty_slices & s->free_slices & ~(uint64_t)1) == 0;
-            if ((everything || clean) && s->purging_slices == 0) {
+            if (everything || clean) {
                 *link = s->next;
                 segment_cache_count--;
                 victim = s;

@@ -100,6 +100,13 @@ struct heap {
     uint64_t large_allocs;               /* statistics: large pages handed out */
     uint64_t pages_allocated[SMALL_CLASS_COUNT]; /* statistics: class pages set up */
     uint32_t collect_countdown;          /* slow-path calls until the next full collect */
+    struct spin_lock cache_lock;         /* guards the page cache (owner, purgers) */
+    uint32_t page_cache_count;           /* cache lock: entries in page_cache */
+    struct cached_page {
+        struct page *page;               /* an empty page, still owned by this heap */
+        uint32_t freed_ms;               /* when it became empty (purge delay) */
+        uint8_t clean;                   /* a purger released its memory: reads as zero */
+    } page_cache[8];                     /* cache lock: recently emptied pages, oldest first */
     uint8_t exiting;                     /* thread-exit destructor has run once */
 };
 

@@ -41,9 +41,11 @@ for t in "$bdir"/test_*; do
   name=$(basename "$t")
   case "$name" in *"$filter"*) ;; *) continue ;; esac
   log=$(mktemp)
-  TEST_EXPECT_TIDEMALLOC=$expect TEST_PRELOAD_LIB=$preload TEST_BUILD_DIR=$bdir \
-    timeout -k 5 "$tmo" env ${preload:+LD_PRELOAD=$preload} "$t" >"$log" 2>&1 </dev/null
-  rc=$?
+  # (in a command substitution with stderr closed off, so that bash's own
+  # "Segmentation fault" report does not end up in the suite's output)
+  rc=$( { TEST_EXPECT_TIDEMALLOC=$expect TEST_PRELOAD_LIB=$preload TEST_BUILD_DIR=$bdir \
+      timeout -k 5 "$tmo" env ${preload:+LD_PRELOAD=$preload} "$t" >"$log" 2>&1 </dev/null
+    echo $?; } 2>/dev/null )
   why=$(grep -v '^SKIP ' "$log" | tr '\n' ' ' | cut -c1-300)
   if [ $rc -eq 0 ]; then
     echo "PASS $name"

@@ -1,0 +1,88 @@
+/* Secure mode (MALLOC_CHECK_=3 or TIDEMALLOC_SECURE=1) and MALLOC_PERTURB_.
+ * Both are chosen at startup; then every malloc and free takes these paths
+ * (the fast paths are bypassed, not burdened):
+ *   - a class block ends with a canary (at least one byte) and the requested
+ *     size; free checks the canary, catching a 1-byte overflow;
+ *   - a freed block is filled, and the fill is checked when it is reused,
+ *     catching writes after free;
+ *   - blocks too big for a class get their own mapping with a guard page
+ *     right after them. */
+#define _GNU_SOURCE
+#include <string.h>
+
+#include "internal.h"
+
+#define CANARY_BYTE 0xa5
+#define FREE_FILL   0xdf
+#define LINK_WORDS  sizeof(struct block) /* the free-list words are not filled */
+
+static void secure_write_trailer(unsigned char *p, size_t usable, size_t size) {
+    memset(p + size, CANARY_BYTE, usable - 4 - size);
+    uint32_t stored = (uint32_t)size;
+    memcpy(p + usable - 4, &stored, 4);
+}
+
+void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) {
+    size_t need = size;
+    if (g_options.secure && __builtin_add_overflow(size, SECURE_TRAILER, &need)) return NULL;
+    if (alignment > need) need = alignment;
+    void *p = NULL;
+    size_t usable = 0;
+    bool small = need <= SMALL_MAX && (alignment <= SLICE_SIZE) &&
+                 (g_options.secure || size < g_options.mmap_threshold);
+    if (small) {
+        unsigned cls = size_class_of(need);
+        while (alignment > ALIGNMENT && g_class_size[cls] % alignment != 0) cls++;
+        if (cls >= SMALL_CLASS_COUNT) small = false;
+        else {
+            p = heap_malloc_class_checked(heap, cls);
+            usable = g_class_size[cls];
+        }
+    }
+    if (!small) {
+        if (g_options.secure) p = huge_alloc_guarded(size, alignment > 0 ? alignment : ALIGNMENT);
+        else p = huge_alloc(size, alignment, is_zero != NULL, size < g_options.mmap_threshold);
+        if (p && is_zero) *is_zero = true; /* fresh mapping, or zeroed by huge_alloc */
+        if (p && !is_zero && g_options.perturb) memset(p, g_options.perturb ^ 0xff, size);
+        return p;
+    }
+    if (p == NULL) return NULL;
+    if (is_zero) {
+        memset(p, 0, size);
+        *is_zero = true;
+    } else if (g_options.perturb) {
+        memset(p, g_options.perturb ^ 0xff, size);
+    }
+    if (g_options.secure) secure_write_trailer(p, usable, size);
+    return p;
+}
+
+void checked_before_free(struct page *page, struct block *b) {
+    unsigned char *p = (unsigned char *)b;
+    size_t usable = page->block_size;
+    size_t size = usable;
+    if (g_options.secure && page->class_index != LARGE_CLASS) {
+        uint32_t stored;
+        memcpy(&stored, p + usable - 4, 4);
+        if (stored > usable - SECURE_TRAILER) fatal_error("free(): heap overflow detected (size)");
+        for (size_t i = stored; i < usable - 4; i++)
+            if (p[i] != CANARY_BYTE) fatal_error("free(): heap overflow detected (canary)");
+        size = stored;
+    }
+    if (g_options.secure) memset(p + LINK_WORDS, FREE_FILL, usable - LINK_WORDS);
+    else if (g_options.perturb) memset(p, g_options.perturb, size);
+}
+
+void checked_before_reuse(struct page *page, struct block *b) {
+    if (b->free_key != g_free_key) return; /* freshly carved, never freed */
+    const unsigned char *p = (const unsigned char *)b;
+    for (size_t i = LINK_WORDS; i < page->block_size; i++)
+        if (p[i] != FREE_FILL) fatal_error("malloc(): write after free detected");
+}
+
+size_t checked_usable_size(const struct page *page, const void *p) {
+    if (page->class_index == LARGE_CLASS) return page->block_size;
+    uint32_t stored;
+    memcpy(&stored, (const unsigned char *)p + page->block_size - 4, 4);
+    return stored;
+}

@@ -1,0 +1,237 @@
+/* Multithreaded test of the prefixed library (issue 6 item 6), built twice:
+ * with -fsanitize=thread (mt_tsan) and -fsanitize=undefined (mt_ubsan),
+ * linked with the src/ files compiled -DTIDEMALLOC_PREFIX (tm_malloc...).
+ *   mt_tsan core [rounds]   cross-thread frees through shared slots, realloc,
+ *                           every allocation function, thread churn (threads
+ *                           that exit while others hold their blocks),
+ *                           concurrent malloc_trim
+ *   mt_tsan stats [rounds]  the same, plus a thread calling mallinfo2,
+ *                           malloc_info, malloc_stats and tidemalloc_stats
+ * Every block carries its size and seed and is filled from them; it is
+ * checked whenever a thread takes it. Exit 0 when clean; a sanitizer report
+ * makes the sanitizer exit non-zero (TSAN_OPTIONS=halt_on_error=1:exitcode=66,
+ * -fno-sanitize-recover=all); a content mismatch exits 1. */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tm_api.h"
+
+#define SLOTS 512
+#define WORKERS 4
+#define HEADER 16
+
+static _Atomic(unsigned char *) slots[SLOTS];
+static _Atomic int stop_stats;
+static unsigned ops_per_thread = 20000;
+
+#define DIE(...)                                                                                   \
+    do {                                                                                           \
+        fprintf(stderr, "mt_sanitize: " __VA_ARGS__);                                              \
+        fputc('\n', stderr);                                                                       \
+        exit(1);                                                                                   \
+    } while (0)
+
+static uint64_t next_random(uint64_t *state) {
+    uint64_t x = *state;
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    return *state = x;
+}
+
+static size_t random_size(uint64_t *r) {
+    uint64_t v = next_random(r);
+    unsigned pick = (unsigned)(v % 100);
+    v >>= 8;
+    if (pick < 70) return HEADER + v % 1024;
+    if (pick < 90) return HEADER + v % (32 * 1024);
+    if (pick < 98) return HEADER + v % (512 * 1024);
+    return HEADER + v % (4 * 1024 * 1024);
+}
+
+/* Header: size, seed. Body: bytes from the seed. */
+static unsigned char pattern(uint64_t seed, size_t i) {
+    return (unsigned char)((seed >> ((i & 7) * 8)) ^ (i * 131) ^ (i >> 9));
+}
+
+static void fill(unsigned char *p, size_t size, uint64_t seed) {
+    memcpy(p, &size, 8);
+    memcpy(p + 8, &seed, 8);
+    for (size_t i = HEADER; i < size; i++) p[i] = pattern(seed, i);
+}
+
+/* Large blocks are checked at their ends and at a stride, small ones fully. */
+static size_t verify(const unsigned char *p, const char *when) {
+    size_t size;
+    uint64_t seed;
+    memcpy(&size, p, 8);
+    memcpy(&seed, p + 8, 8);
+    if (size < HEADER || size > HEADER + 4 * 1024 * 1024) DIE("%s: block %p has a bad header", when, (void *)p);
+    size_t usable = tm_malloc_usable_size((void *)p);
+    if (usable < size) DIE("%s: usable size %zu < %zu", when, usable, size);
+    size_t step = size <= 8192 ? 1 : 61;
+    for (size_t i = HEADER; i < size; i += (i < 4096 || i + 4096 > size) ? 1 : step)
+        if (p[i] != pattern(seed, i)) DIE("%s: block %p (%zu bytes) corrupt at %zu", when, (void *)p, size, i);
+    return size;
+}
+
+static unsigned char *allocate(uint64_t *r, size_t size) {
+    void *p = NULL;
+    size_t align = 16;
+    switch (next_random(r) % 8) {
+    case 0: p = tm_calloc(1, size);
+        if (p)
+            for (size_t i = 0; i < size; i += 1 + (i >> 6))
+                if (((unsigned char *)p)[i]) DIE("calloc: byte %zu not zero", i);
+        break;
+    case 1: align = (size_t)16 << (next_random(r) % 9); p = tm_memalign(align, size); break;
+    case 2: align = (size_t)8 << (next_random(r) % 10);
+        if (tm_posix_memalign(&p, align, size) != 0) p = NULL;
+        break;
+    case 3: align = 64; p = tm_aligned_alloc(64, size); break;
+    case 4: p = tm_reallocarray(NULL, 1, size); break;
+    default: p = tm_malloc(size); break;
+    }
+    if (p == NULL) DIE("allocation of %zu failed: %s", size, strerror(errno));
+    if ((uintptr_t)p % align) DIE("%p not %zu-aligned", p, align);
+    fill(p, size, next_random(r));
+    return p;
+}
+
+/* One step on the shared slots: take a block (any thread's) and free,
+ * grow/shrink or put it back; or put a new one in an empty slot. */
+static void step(uint64_t *r) {
+    unsigned i = (unsigned)(next_random(r) % SLOTS);
+    unsigned char *p = atomic_exchange_explicit(&slots[i], NULL, memory_order_acq_rel);
+    if (p == NULL) {
+        p = allocate(r, random_size(r));
+    } else {
+        size_t size = verify(p, "taken");
+        unsigned action = (unsigned)(next_random(r) % 4);
+        if (action <= 1) {
+            tm_free(p);
+            return;
+        }
+        if (action == 2) {
+            size_t new_size = random_size(r);
+            unsigned char *q = tm_realloc(p, new_size);
+            if (q == NULL) DIE("realloc to %zu failed", new_size);
+            uint64_t seed;
+            memcpy(&seed, q + 8, 8);
+            size_t keep = size < new_size ? size : new_size;
+            for (size_t k = HEADER; k < keep; k += 1 + (k >> 7))
+                if (q[k] != pattern(seed, k)) DIE("realloc lost byte %zu", k);
+            fill(q, new_size, next_random(r));
+            p = q;
+        }
+    }
+    unsigned char *old = atomic_exchange_explicit(&slots[i], p, memory_order_acq_rel);
+    if (old) {
+        verify(old, "displaced");
+        tm_free(old);
+    }
+}
+
+static void *worker(void *arg) {
+    uint64_t r = 0x9E3779B97F4A7C15ull ^ ((uintptr_t)arg * 0x100000001b3ull);
+    for (unsigned n = 0; n < ops_per_thread; n++) {
+        step(&r);
+        if (n % 5000 == 4999 && (uintptr_t)arg == 1) tm_malloc_trim(0);
+    }
+    return NULL;
+}
+
+/* Short-lived threads: they leave blocks in the slots and exit, so their
+ * segments are abandoned, freed into remotely and adopted. */
+static void *short_lived(void *arg) {
+    uint64_t r = 0xD1B54A32D192ED03ull ^ ((uintptr_t)arg * 0x9E3779B97F4A7C15ull);
+    unsigned char *own[32];
+    for (int k = 0; k < 32; k++) own[k] = allocate(&r, random_size(&r) % 4096 + HEADER);
+    for (int k = 0; k < 200; k++) step(&r);
+    for (int k = 0; k < 32; k += 2) { /* half freed here, half published */
+        verify(own[k], "own");
+        tm_free(own[k]);
+        unsigned char *old = atomic_exchange_explicit(&slots[(k * 17 + (uintptr_t)arg) % SLOTS],
+                                                      own[k + 1], memory_order_acq_rel);
+        if (old) {
+            verify(old, "displaced");
+            tm_free(old);
+        }
+    }
+    return NULL;
+}
+
+static void *churn(void *arg) {
+    unsigned rounds = (unsigned)(uintptr_t)arg;
+    for (unsigned round = 0; round < rounds; round++) {
+        pthread_t t[2];
+        for (int k = 0; k < 2; k++)
+            if (pthread_create(&t[k], NULL, short_lived, (void *)(uintptr_t)(round * 2 + (unsigned)k + 1)))
+                DIE("pthread_create");
+        for (int k = 0; k < 2; k++) pthread_join(t[k], NULL);
+    }
+    return NULL;
+}
+
+static void *stats_reader(void *arg) {
+    (void)arg;
+    FILE *devnull = fopen("/dev/null", "w");
+    unsigned n = 0;
+    while (!atomic_load(&stop_stats)) {
+        struct mallinfo2 mi = tm_mallinfo2();
+        struct tidemalloc_stats st;
+        tidemalloc_stats(&st);
+        if (mi.uordblks > ((size_t)1 << 40) || st.heaps > 1000) DIE("absurd statistics");
+        if (devnull && n % 8 == 0) tm_malloc_info(0, devnull);
+        if (n % 64 == 0) {
+            /* malloc_stats prints on stderr: keep it quiet */
+            int saved = dup(2);
+            int null_fd = open("/dev/null", O_WRONLY);
+            if (saved >= 0 && null_fd >= 0) {
+                dup2(null_fd, 2);
+                tm_malloc_stats();
+                dup2(saved, 2);
+            }
+            if (null_fd >= 0) close(null_fd);
+            if (saved >= 0) close(saved);
+        }
+        n++;
+    }
+    if (devnull) fclose(devnull);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc > 1 ? argv[1] : "core";
+    if (argc > 2) ops_per_thread = (unsigned)strtoul(argv[2], NULL, 10);
+    int with_stats = strcmp(mode, "stats") == 0;
+    if (!with_stats && strcmp(mode, "core") != 0) DIE("usage: mt_sanitize core|stats [ops per thread]");
+    pthread_t threads[WORKERS], churner, reader;
+    if (with_stats && pthread_create(&reader, NULL, stats_reader, NULL)) DIE("pthread_create");
+    for (uintptr_t i = 0; i < WORKERS; i++)
+        if (pthread_create(&threads[i], NULL, worker, (void *)(i + 1))) DIE("pthread_create");
+    if (pthread_create(&churner, NULL, churn, (void *)(uintptr_t)(ops_per_thread / 1000 + 4))) DIE("pthread_create");
+    for (int i = 0; i < WORKERS; i++) pthread_join(threads[i], NULL);
+    pthread_join(churner, NULL);
+    atomic_store(&stop_stats, 1);
+    if (with_stats) pthread_join(reader, NULL);
+    /* Whatever is left is freed by this thread, which owns none of it. */
+    size_t left = 0;
+    for (int i = 0; i < SLOTS; i++) {
+        unsigned char *p = atomic_exchange(&slots[i], NULL);
+        if (p) {
+            verify(p, "final");
+            tm_free(p);
+            left++;
+        }
+    }
+    tm_malloc_trim(0);
+    printf("mt_sanitize %s: %u ops x %d threads, %zu blocks left at the end, clean\n", mode,
+           ops_per_thread, WORKERS, left);
+    return 0;
+}

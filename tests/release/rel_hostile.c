@@ -1,0 +1,68 @@
+/* Lesson 1, "bounded whatever the program does": a created thread alternates
+ * malloc/free of random sizes 64 KiB..2 MiB for 200,000 iterations. The suite
+ * runs it with MALLOC_TRIM_THRESHOLD_=0 and TIDEMALLOC_PURGE_DELAY_MS=0 (the
+ * most eager release policy a user can ask for), and again with
+ * MALLOC_MMAP_THRESHOLD_=33554432 added so that every block lives in segment
+ * slices. The release syscalls that the policy makes must stay far below the
+ * number of frees: < iterations / 20.
+ *
+ * Setting MALLOC_TRIM_THRESHOLD_ freezes glibc's dynamic mmap threshold at
+ * 128 KiB, so most blocks are then direct mappings, and glibc's semantics
+ * (which we keep) are one munmap per free of such a block: not the release
+ * policy's doing. The test counts those frees (huge_blocks rises on their
+ * malloc) and asserts on the release syscalls beyond them; it reports both.
+ *   rel_hostile [iterations]   (default 200000) */
+#include <pthread.h>
+
+#include "release.h"
+
+#define MIN_SIZE ((size_t)64 << 10)
+#define MAX_SIZE ((size_t)2 << 20)
+
+static long iterations = 200000;
+static uint64_t direct_frees;
+
+static void *worker(void *arg) {
+    (void)arg;
+    uint64_t seed = 0x2545F4914F6CDD1Dull;
+    for (long i = 0; i < iterations; i++) {
+        size_t size = MIN_SIZE + (size_t)(rel_rand(&seed) % (MAX_SIZE - MIN_SIZE + 1));
+        uint64_t before = rel_stats().huge_blocks;
+        unsigned char *p = malloc(size);
+        if (p == NULL) REL_FAIL("malloc(%zu) failed at iteration %ld", size, i);
+        if (rel_stats().huge_blocks > before) direct_frees++;
+        p[0] = 1;
+        p[size - 1] = 2;
+        free(p);
+    }
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1) iterations = strtol(argv[1], NULL, 10);
+    REL_CHECK(iterations > 0, "bad iteration count");
+    struct tidemalloc_stats s0 = rel_stats();
+    pthread_t t;
+    REL_CHECK(pthread_create(&t, NULL, worker, NULL) == 0, "pthread_create failed");
+    REL_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
+    struct tidemalloc_stats s1 = rel_stats();
+    uint64_t munmaps = s1.munmap_calls - s0.munmap_calls;
+    uint64_t madvises = s1.madvise_calls - s0.madvise_calls;
+    uint64_t release = munmaps + madvises;
+    uint64_t policy = release > direct_frees ? release - direct_frees : 0;
+    uint64_t limit = (uint64_t)iterations / 20;
+    REL_FIGURES("iterations=%ld frees=%ld direct_mapped_frees=%llu mmap=%llu munmap=%llu "
+                "madvise=%llu release=%llu policy_release=%llu purge_runs=%llu limit=%llu",
+                iterations, iterations, (unsigned long long)direct_frees,
+                (unsigned long long)(s1.mmap_calls - s0.mmap_calls), (unsigned long long)munmaps,
+                (unsigned long long)madvises, (unsigned long long)release,
+                (unsigned long long)policy,
+                (unsigned long long)(s1.purge_runs - s0.purge_runs), (unsigned long long)limit);
+    REL_CHECK(policy < limit,
+              "%llu release syscalls by the release policy (munmap %llu + madvise %llu - %llu "
+              "direct-mapping frees) for %ld frees; limit %llu",
+              (unsigned long long)policy, (unsigned long long)munmaps,
+              (unsigned long long)madvises, (unsigned long long)direct_frees, iterations,
+              (unsigned long long)limit);
+    return 0;
+}

@@ -1,0 +1,153 @@
+/* Issue 3 must-deliver 2: glibc's tunables with glibc's semantics.
+ *   rel_tunables range        mallopt(M_MMAP_THRESHOLD, 32 MiB + 1) and (-1)
+ *                             return 0 and change nothing; 32 MiB returns 1
+ *   rel_tunables defaults     the default thresholds hold: a 200 KiB block is
+ *                             a direct mapping (mmap on malloc, munmap on free).
+ *                             The suite runs it under bad values
+ *                             (MALLOC_TRIM_THRESHOLD_=abc, ...) to show they
+ *                             are ignored without crashing.
+ *   rel_tunables small64k     run with mmap_threshold=65536 (GLIBC_TUNABLES or
+ *                             MALLOC_MMAP_THRESHOLD_): a 100 KiB malloc is a
+ *                             direct mapping, 1 mmap, and its free 1 munmap
+ *   rel_tunables dynamic      glibc's dynamic threshold: after freeing a 1 MiB
+ *                             mapped block, the next 1 MiB malloc is not mapped
+ *   rel_tunables fixed        after mallopt(M_MMAP_THRESHOLD, 128 KiB) the
+ *                             threshold no longer moves: the same sequence maps
+ *                             both 1 MiB blocks */
+#include <malloc.h>
+
+#include "release.h"
+
+struct delta {
+    uint64_t mmap, munmap, huge;
+};
+
+static struct tidemalloc_stats snap;
+static void mark(void) { snap = rel_stats(); }
+static struct delta since(void) {
+    struct tidemalloc_stats now = rel_stats();
+    struct delta d = {now.mmap_calls - snap.mmap_calls, now.munmap_calls - snap.munmap_calls,
+                      now.huge_blocks - snap.huge_blocks};
+    return d;
+}
+
+/* malloc(size) then free: returns the counter deltas of each half. */
+static void map_cycle(size_t size, struct delta *on_malloc, struct delta *on_free, int keep,
+                      void **kept) {
+    mark();
+    unsigned char *p = malloc(size);
+    REL_CHECK(p != NULL, "malloc(%zu) failed", size);
+    *on_malloc = since();
+    rel_touch(p, size);
+    mark();
+    if (keep) {
+        *kept = p;
+        memset(on_free, 0, sizeof *on_free);
+        return;
+    }
+    free(p);
+    *on_free = since();
+}
+
+static void warm_up(void) {
+    /* The first segment and the heap come into being here, not in a measure. */
+    void *p = malloc(64);
+    REL_CHECK(p != NULL, "malloc(64) failed");
+    free(p);
+    /* The first direct mapping also maps the table of direct mappings (one
+     * more mmap, once). A 40 MiB block is above the 32 MiB cap of the dynamic
+     * threshold, so freeing it moves no threshold. */
+    p = malloc((size_t)40 << 20);
+    REL_CHECK(p != NULL, "malloc(40 MiB) failed");
+    free(p);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2) {
+        fprintf(stderr, "usage: rel_tunables range|defaults|small64k|dynamic|fixed\n");
+        return 2;
+    }
+    const char *mode = argv[1];
+    warm_up();
+    struct delta m, f;
+    if (strcmp(mode, "range") == 0) {
+        int too_big = mallopt(M_MMAP_THRESHOLD, 33554433);
+        int negative = mallopt(M_MMAP_THRESHOLD, -1);
+        /* Still the default (dynamic) threshold: a 200 KiB block is mapped. */
+        map_cycle(200 * 1024, &m, &f, 0, NULL);
+        int max_ok = mallopt(M_MMAP_THRESHOLD, 33554432);
+        REL_FIGURES("mallopt_32MiB_plus_1=%d mallopt_minus_1=%d mallopt_32MiB=%d "
+                    "200KiB_mmap=%llu 200KiB_munmap=%llu",
+                    too_big, negative, max_ok, (unsigned long long)m.mmap,
+                    (unsigned long long)f.munmap);
+        REL_CHECK(too_big == 0, "mallopt(M_MMAP_THRESHOLD, 33554433) returned %d, expected 0",
+                  too_big);
+        REL_CHECK(negative == 0, "mallopt(M_MMAP_THRESHOLD, -1) returned %d, expected 0", negative);
+        REL_CHECK(m.huge == 1 && m.mmap == 1 && f.munmap == 1,
+                  "a rejected mallopt changed the threshold: 200 KiB block mmap %llu munmap %llu",
+                  (unsigned long long)m.mmap, (unsigned long long)f.munmap);
+        REL_CHECK(max_ok == 1, "mallopt(M_MMAP_THRESHOLD, 32 MiB) returned %d, expected 1", max_ok);
+    } else if (strcmp(mode, "defaults") == 0) {
+        map_cycle(200 * 1024, &m, &f, 0, NULL);
+        void *q = calloc(1000, 100);
+        REL_CHECK(q != NULL, "calloc failed");
+        q = realloc(q, 300000);
+        REL_CHECK(q != NULL, "realloc failed");
+        free(q);
+        REL_FIGURES("200KiB_mmap=%llu 200KiB_huge=%llu 200KiB_munmap=%llu",
+                    (unsigned long long)m.mmap, (unsigned long long)m.huge,
+                    (unsigned long long)f.munmap);
+        REL_CHECK(m.mmap == 1 && m.huge == 1 && f.munmap == 1,
+                  "default threshold not in force: 200 KiB block mmap %llu (direct %llu), "
+                  "munmap on free %llu",
+                  (unsigned long long)m.mmap, (unsigned long long)m.huge,
+                  (unsigned long long)f.munmap);
+    } else if (strcmp(mode, "small64k") == 0) {
+        map_cycle(100 * 1024, &m, &f, 0, NULL);
+        struct delta m2, f2;
+        map_cycle(60 * 1024, &m2, &f2, 0, NULL);
+        REL_FIGURES("100KiB_mmap=%llu 100KiB_huge=%llu 100KiB_munmap=%llu 60KiB_huge=%llu",
+                    (unsigned long long)m.mmap, (unsigned long long)m.huge,
+                    (unsigned long long)f.munmap, (unsigned long long)m2.huge);
+        REL_CHECK(m.mmap == 1 && m.huge == 1,
+                  "100 KiB malloc with mmap_threshold=65536: mmap %llu, direct %llu (want 1, 1)",
+                  (unsigned long long)m.mmap, (unsigned long long)m.huge);
+        REL_CHECK(f.munmap == 1, "free of the 100 KiB mapping made %llu munmap calls (want 1)",
+                  (unsigned long long)f.munmap);
+        REL_CHECK(m2.huge == 0, "a 60 KiB block below the 64 KiB threshold was mapped");
+    } else if (strcmp(mode, "dynamic") == 0 || strcmp(mode, "fixed") == 0) {
+        int fixed = strcmp(mode, "fixed") == 0;
+        if (fixed)
+            REL_CHECK(mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1, "mallopt(M_MMAP_THRESHOLD) failed");
+        map_cycle((size_t)1 << 20, &m, &f, 0, NULL);
+        struct delta m2, f2;
+        void *kept = NULL;
+        map_cycle((size_t)1 << 20, &m2, &f2, 1, &kept);
+        mark();
+        free(kept);
+        f2 = since();
+        REL_FIGURES("first_1MiB_mmap=%llu first_direct=%llu first_free_munmap=%llu "
+                    "second_1MiB_mmap=%llu second_direct=%llu second_free_munmap=%llu",
+                    (unsigned long long)m.mmap, (unsigned long long)m.huge,
+                    (unsigned long long)f.munmap, (unsigned long long)m2.mmap,
+                    (unsigned long long)m2.huge, (unsigned long long)f2.munmap);
+        REL_CHECK(m.huge == 1 && m.mmap == 1 && f.munmap == 1,
+                  "the first 1 MiB block was not a direct mapping (mmap %llu munmap %llu)",
+                  (unsigned long long)m.mmap, (unsigned long long)f.munmap);
+        if (fixed) {
+            REL_CHECK(m2.huge == 1 && m2.mmap == 1 && f2.munmap == 1,
+                      "threshold set by mallopt moved: second 1 MiB block mmap %llu munmap %llu",
+                      (unsigned long long)m2.mmap, (unsigned long long)f2.munmap);
+        } else {
+            REL_CHECK(m2.huge == 0 && m2.mmap == 0,
+                      "dynamic threshold: after freeing a 1 MiB mapping the next 1 MiB malloc "
+                      "is still a direct mapping (mmap %llu, direct %llu)",
+                      (unsigned long long)m2.mmap, (unsigned long long)m2.huge);
+            REL_CHECK(f2.munmap == 0, "its free made %llu munmap calls", (unsigned long long)f2.munmap);
+        }
+    } else {
+        fprintf(stderr, "unknown mode %s\n", mode);
+        return 2;
+    }
+    return 0;
+}

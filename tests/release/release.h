@@ -1,0 +1,123 @@
+/* Helpers for the release-policy tests (issue 3 checks), tests/release/rel_*.c.
+ *
+ * Each test runs with the library under test in LD_PRELOAD and finds the
+ * counters with dlsym, so the same binary also runs (and skips what needs the
+ * counters) under glibc. Exit 0: pass, 1: fail (reason on stderr), 77: skip
+ * (reason on stdout after "SKIP "). Figures go to stdout as "key=value" words
+ * on one line starting with "FIGURES", which suite-release.sh appends to the
+ * PASS/FAIL line. */
+#ifndef TIDEMALLOC_RELEASE_TESTS_H
+#define TIDEMALLOC_RELEASE_TESTS_H
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tidemalloc.h"
+
+#define REL_SKIP 77
+
+#define REL_FAIL(...)                                                                              \
+    do {                                                                                           \
+        fprintf(stderr, "%s:%d: ", __FILE__, __LINE__);                                            \
+        fprintf(stderr, __VA_ARGS__);                                                              \
+        fputc('\n', stderr);                                                                       \
+        fflush(stdout);                                                                            \
+        fflush(stderr);                                                                            \
+        _exit(1);                                                                                  \
+    } while (0)
+
+#define REL_CHECK(cond, ...)                                                                       \
+    do {                                                                                           \
+        if (!(cond)) REL_FAIL(__VA_ARGS__);                                                        \
+    } while (0)
+
+#define REL_SKIPF(...)                                                                             \
+    do {                                                                                           \
+        printf("SKIP ");                                                                           \
+        printf(__VA_ARGS__);                                                                       \
+        putchar('\n');                                                                             \
+        fflush(stdout);                                                                            \
+        _exit(REL_SKIP);                                                                           \
+    } while (0)
+
+typedef void (*rel_stats_fn)(struct tidemalloc_stats *);
+
+/* tidemalloc_stats of the preloaded library; skips the test when absent. */
+static inline rel_stats_fn rel_stats_fn_get(void) {
+    rel_stats_fn f;
+    void *sym = dlsym(RTLD_DEFAULT, "tidemalloc_stats");
+    if (sym == NULL) REL_SKIPF("tidemalloc_stats not found (not tidemalloc)");
+    memcpy(&f, &sym, sizeof f); /* object -> function pointer, POSIX-style */
+    return f;
+}
+
+static inline struct tidemalloc_stats rel_stats(void) {
+    static rel_stats_fn f;
+    if (f == NULL) f = rel_stats_fn_get();
+    struct tidemalloc_stats s;
+    memset(&s, 0, sizeof s);
+    f(&s);
+    return s;
+}
+
+static inline uint64_t rel_release_calls(const struct tidemalloc_stats *s) {
+    return s->munmap_calls + s->madvise_calls;
+}
+
+/* Resident set size in bytes, read from /proc/self/statm with a plain
+ * read(2), so that measuring allocates nothing. */
+static inline size_t rel_rss(void) {
+    char buf[128];
+    int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+    if (fd < 0) REL_FAIL("cannot open /proc/self/statm");
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) REL_FAIL("cannot read /proc/self/statm");
+    buf[n] = '\0';
+    const char *p = buf;
+    while (*p && *p != ' ') p++; /* skip size */
+    unsigned long res = strtoul(p, NULL, 10);
+    return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Writes one byte in every page of [p, p + n). */
+static inline void rel_touch(void *p, size_t n) {
+    volatile unsigned char *c = p;
+    for (size_t i = 0; i < n; i += 4096) c[i] = (unsigned char)(i >> 12 | 1);
+    if (n) c[n - 1] = 1;
+}
+
+static inline double rel_mib(size_t bytes) {
+    return (double)bytes / (1024.0 * 1024.0);
+}
+
+/* Signed difference in MiB, for messages. */
+static inline double rel_dmib(size_t a, size_t b) {
+    return a >= b ? rel_mib(a - b) : -rel_mib(b - a);
+}
+
+/* xorshift64*, deterministic. */
+static inline uint64_t rel_rand(uint64_t *state) {
+    uint64_t x = *state;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    *state = x;
+    return x * 0x2545F4914F6CDD1Dull;
+}
+
+#define REL_FIGURES(...)                                                                           \
+    do {                                                                                           \
+        printf("FIGURES ");                                                                        \
+        printf(__VA_ARGS__);                                                                       \
+        putchar('\n');                                                                             \
+        fflush(stdout);                                                                            \
+    } while (0)
+
+#endif

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# Release-policy checks of issue 3 (tests/release/rel_*.c, built by
+# `make release-tests` into build/release/). Each test runs with the library in
+# LD_PRELOAD and reads our counters through dlsym(tidemalloc_stats); its
+# figures (counter deltas, RSS) are appended to the PASS/FAIL line. Seed 000's
+# cases are confirmed with `strace -f -c -e trace=munmap,madvise` on the whole
+# process (start-up included).
+#   TEST_TIMEOUT  seconds per test (default 120)
+#   TEST_FILTER   run only tests whose name contains this string
+# Prints PASS/FAIL/SKIP lines; always exits 0.
+set -u
+root=${TIDEMALLOC_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root" || exit 0
+lib=${TIDEMALLOC_LIB:-$root/build/libtidemalloc.so}
+tmo=${TEST_TIMEOUT:-120}
+filter=${TEST_FILTER:-}
+bdir=$root/build/release
+
+if ! out=$(make -s release-tests 2>&1); then
+  echo "FAIL release-build make release-tests failed: $(echo "$out" | grep -m1 -E 'error|Error' || echo "$out" | tail -1)"
+  exit 0
+fi
+if [ ! -e "$lib" ]; then
+  echo "SKIP release-all library $lib not built"
+  exit 0
+fi
+if ! nm -D --defined-only "$lib" 2>/dev/null | grep -qw tidemalloc_stats; then
+  echo "SKIP release-all $lib has no tidemalloc_stats (not tidemalloc)"
+  exit 0
+fi
+
+wanted() { case "$1" in *"$filter"*) return 0 ;; *) return 1 ;; esac; }
+
+# run NAME [VAR=value ...] -- PROGRAM [ARGS...]
+run() {
+  local name=$1; shift
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  wanted "$name" || return 0
+  local log; log=$(mktemp)
+  timeout -k 5 "$tmo" env "${envs[@]}" LD_PRELOAD="$lib" "$bdir/$@" >"$log" 2>&1 </dev/null
+  local rc=$?
+  local figures; figures=$(grep -m1 '^FIGURES ' "$log" | cut -c9-)
+  local why; why=$(grep -v -e '^FIGURES ' -e '^SKIP ' "$log" | tr '\n' ' ' | cut -c1-300)
+  if [ $rc -eq 0 ]; then
+    echo "PASS $name ${figures}"
+  elif [ $rc -eq 77 ]; then
+    echo "SKIP $name $(grep -m1 '^SKIP ' "$log" | cut -c6-300)"
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "FAIL $name timed out after ${tmo}s ${why}"
+  elif [ $rc -gt 128 ]; then
+    echo "FAIL $name killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null)) ${why}"
+  else
+    echo "FAIL $name exit $rc: ${why}[${figures}]"
+  fi
+  rm -f "$log"
+}
+
+# strace_check NAME LIMIT [VAR=value ...] -- PROGRAM [ARGS...]: whole-process
+# munmap + madvise calls counted by strace -f -c must be <= LIMIT.
+strace_check() {
+  local name=$1 limit=$2; shift 2
+  local envs=()
+  while [ "$1" != "--" ]; do envs+=("$1"); shift; done
+  shift
+  wanted "$name" || return 0
+  if ! command -v strace >/dev/null 2>&1; then
+    echo "SKIP $name strace not installed (apt-get install strace)"
+    return 0
+  fi
+  local sum log; sum=$(mktemp); log=$(mktemp)
+  timeout -k 5 "$tmo" strace -f -c -e trace=munmap,madvise -o "$sum" \
+    env "${envs[@]}" LD_PRELOAD="$lib" "$bdir/$@" >"$log" 2>&1 </dev/null
+  local rc=$?
+  if [ $rc -ne 0 ] && ! grep -q -e munmap -e madvise -e total "$sum" 2>/dev/null; then
+    if grep -qi -e 'ptrace' -e 'Operation not permitted' "$log" "$sum" 2>/dev/null; then
+      echo "SKIP $name strace cannot trace here: $(head -c 200 "$sum")"
+    else
+      echo "FAIL $name strace run exit $rc: $(tr '\n' ' ' <"$log" | cut -c1-200)"
+    fi
+    rm -f "$sum" "$log"
+    return 0
+  fi
+  # strace -c rows: % time, seconds, usecs/call, calls, [errors,] syscall
+  local munmap madvise
+  munmap=$(awk '$NF == "munmap" { print $4 }' "$sum"); munmap=${munmap:-0}
+  madvise=$(awk '$NF == "madvise" { print $4 }' "$sum"); madvise=${madvise:-0}
+  local total=$((munmap + madvise))
+  local figs="strace_munmap=$munmap strace_madvise=$madvise strace_total=$total limit=$limit"
+  if [ "$total" -le "$limit" ]; then
+    echo "PASS $name $figs"
+  else
+    echo "FAIL $name whole process made $total release syscalls, limit $limit: $figs"
+  fi
+  rm -f "$sum" "$log"
+}
+
+# a. Seed 000's worst case, three settings, counters then strace.
+cfg_defaults=(TIDEMALLOC_UNUSED=1)
+cfg_mmap=(MALLOC_MMAP_THRESHOLD_=262144)
+cfg_trim=(MALLOC_TRIM_THRESHOLD_=1048576 MALLOC_MMAP_THRESHOLD_=262144)
+run seed000-worst-defaults "${cfg_defaults[@]}" -- rel_seed000_worst
+run seed000-worst-mmap262144 "${cfg_mmap[@]}" -- rel_seed000_worst
+run seed000-worst-trim1M-mmap262144 "${cfg_trim[@]}" -- rel_seed000_worst
+strace_check seed000-worst-defaults-strace 6 "${cfg_defaults[@]}" -- rel_seed000_worst
+strace_check seed000-worst-mmap262144-strace 6 "${cfg_mmap[@]}" -- rel_seed000_worst
+strace_check seed000-worst-trim1M-mmap262144-strace 6 "${cfg_trim[@]}" -- rel_seed000_worst
+
+# b. Seed 000's mixed case (defaults; the 256 KiB threshold for comparison).
+run seed000-mixed-defaults "${cfg_defaults[@]}" -- rel_seed000_mixed
+run seed000-mixed-mmap262144 "${cfg_mmap[@]}" -- rel_seed000_mixed
+strace_check seed000-mixed-defaults-strace 106 "${cfg_defaults[@]}" -- rel_seed000_mixed
+
+# c. malloc_trim(0) over 4 threads' heaps (100 MiB).
+run trim-own-heaps-threads-alive TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_trim own
+run trim-cross-thread-frees TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_trim cross
+run trim-threads-exited TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_trim exited
+
+# d. Aggressive mode, no malloc_trim, no idle purger.
+run aggressive-env MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive env
+run aggressive-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive mallopt
+run aggressive-env-segments MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive env segments
+run aggressive-mallopt-segments TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive mallopt segments
+run aggressive-off-control-segments TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive off segments
+
+# e. An idle process gets its memory back; the switch turns that off.
+run idle-release TIDEMALLOC_UNUSED=1 -- rel_idle release
+run idle-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_idle retain
+
+# f. Tunables.
+run tunables-mallopt-range TIDEMALLOC_UNUSED=1 -- rel_tunables range
+run tunables-defaults TIDEMALLOC_UNUSED=1 -- rel_tunables defaults
+run tunables-bad-env-trim-abc MALLOC_TRIM_THRESHOLD_=abc -- rel_tunables defaults
+run tunables-bad-env-values MALLOC_MMAP_THRESHOLD_=-5 MALLOC_TOP_PAD_= MALLOC_MMAP_MAX_=12x \
+  MALLOC_TRIM_THRESHOLD_=99999999999999999999999 MALLOC_AGGRESSIVE_MADVISE_=7 \
+  TIDEMALLOC_PURGE_DELAY_MS=-1 TIDEMALLOC_BACKGROUND_PURGE=yes -- rel_tunables defaults
+run tunables-bad-glibc-tunables \
+  "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=zz:glibc.malloc.trim_threshold:=::glibc.malloc.:glibc.malloc.mmap_threshold=:x=1:glibc.malloc.top_pad=0x" \
+  -- rel_tunables defaults
+run tunables-glibc-tunables-mmap64k GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536 -- rel_tunables small64k
+run tunables-env-mmap64k MALLOC_MMAP_THRESHOLD_=65536 -- rel_tunables small64k
+run tunables-dynamic-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables dynamic
+run tunables-fixed-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables fixed
+run tunables-aggressive-env-normal-program MALLOC_AGGRESSIVE_MADVISE_=1 -- rel_setuid on
+setuid_check() {
+  local name=tunables-setuid-ignores-env
+  wanted "$name" || return 0
+  if [ "$(id -u)" != 0 ] || ! id nobody >/dev/null 2>&1; then
+    echo "SKIP $name needs root and a user nobody to make a set-uid binary"
+    return 0
+  fi
+  local dir=$bdir/suid
+  rm -rf "$dir" && mkdir -p "$dir" && cp "$bdir/rel_setuid_linked" "$dir/" &&
+    chown nobody "$dir/rel_setuid_linked" && chmod 4755 "$dir/rel_setuid_linked" || {
+    echo "SKIP $name cannot make a set-uid copy in $dir"
+    return 0
+  }
+  local log; log=$(mktemp)
+  # As root running a binary owned by nobody with the set-uid bit: AT_SECURE=1.
+  timeout -k 5 "$tmo" env -u LD_PRELOAD MALLOC_AGGRESSIVE_MADVISE_=1 "$dir/rel_setuid_linked" off \
+    >"$log" 2>&1 </dev/null
+  local rc=$?
+  local figures; figures=$(grep -m1 '^FIGURES ' "$log" | cut -c9-)
+  case $rc in
+    0) echo "PASS $name ${figures}" ;;
+    77) echo "SKIP $name $(grep -m1 '^SKIP ' "$log" | cut -c6-300) (filesystem mounted nosuid?)" ;;
+    *) echo "FAIL $name exit $rc: $(grep -v -e '^FIGURES ' "$log" | tr '\n' ' ' | cut -c1-300)[${figures}]" ;;
+  esac
+  rm -f "$log"
+  rm -rf "$dir"
+}
+setuid_check
+
+# g. Bounded release syscalls under a hostile pattern.
+run hostile-trim0-delay0 MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 -- rel_hostile
+run hostile-trim0-delay0-segments MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 \
+  MALLOC_MMAP_THRESHOLD_=33554432 -- rel_hostile
+run hostile-defaults TIDEMALLOC_UNUSED=1 -- rel_hostile
+exit 0
