@@ -11,16 +11,28 @@
 
 extern struct spin_lock g_purge_lock INTERNAL;
 
-/* A single-threaded process may fork from a signal handler that interrupted
- * malloc (glibc allows it): then no lock is taken, as glibc does. Likewise
- * when the handler interrupted this very thread inside one of our locks. */
-static bool locked_for_fork;
+/* What fork_prepare took: 0 nothing (fork from a signal handler that
+ * interrupted this thread inside one of our locks: waiting would deadlock,
+ * and glibc gives such a child no guarantee either), 1 the purge lock only (a
+ * single-threaded process, whose only other thread can be our purger: it
+ * holds other locks only inside a pass, under the purge lock), 2 all. */
+static int fork_locking;
+
+/* glibc takes its stdio list lock only after running the prepare handlers.
+ * A thread inside getline() holds a FILE lock and may wait for one of our
+ * locks, while a thread in fflush(NULL) holds the list lock and waits for
+ * that FILE: so we take the list lock first, as glibc does for its own
+ * malloc (glibc bug 19431, tst-malloc-fork-deadlock). */
+extern void _IO_list_lock(void);
+extern void _IO_list_unlock(void);
 __thread unsigned t_locks_held __attribute__((tls_model("initial-exec")));
 
 static void fork_prepare(void) {
-    locked_for_fork = !__libc_single_threaded && t_locks_held == 0;
-    if (!locked_for_fork) return;
+    fork_locking = t_locks_held != 0 ? 0 : __libc_single_threaded ? 1 : 2;
+    if (fork_locking == 0) return;
     spin_lock(&g_purge_lock);
+    if (fork_locking == 1) return;
+    _IO_list_lock();
     spin_lock(&g_heaps_lock);
     for (struct heap *h = g_heaps; h; h = h->next_heap) spin_lock(&h->cache_lock);
     spin_lock(&g_segment_cache_lock);
@@ -30,22 +42,30 @@ static void fork_prepare(void) {
     spin_lock(&g_huge_lock);
 }
 
-static void fork_release(void) {
-    if (!locked_for_fork) return;
-    spin_unlock(&g_huge_lock);
-    for (struct segment *s = g_registry; s; s = s->all_next) spin_unlock(&s->lock);
-    spin_unlock(&g_registry_lock);
-    spin_unlock(&g_abandoned_lock);
-    spin_unlock(&g_segment_cache_lock);
-    for (struct heap *h = g_heaps; h; h = h->next_heap) spin_unlock(&h->cache_lock);
-    spin_unlock(&g_heaps_lock);
+static void fork_unlock_ours(void) {
+    if (fork_locking == 0) return;
+    if (fork_locking == 2) {
+        spin_unlock(&g_huge_lock);
+        for (struct segment *s = g_registry; s; s = s->all_next) spin_unlock(&s->lock);
+        spin_unlock(&g_registry_lock);
+        spin_unlock(&g_abandoned_lock);
+        spin_unlock(&g_segment_cache_lock);
+        for (struct heap *h = g_heaps; h; h = h->next_heap) spin_unlock(&h->cache_lock);
+        spin_unlock(&g_heaps_lock);
+    }
     spin_unlock(&g_purge_lock);
 }
 
+static void fork_parent(void) {
+    fork_unlock_ours();
+    if (fork_locking == 2) _IO_list_unlock();
+}
+
+/* In the child glibc has already reset the stdio list lock. */
 static void fork_child(void) {
-    fork_release();
+    fork_unlock_ours();
     heap_atfork_child();
     purge_atfork_child();
 }
 
-void fork_handlers_install(void) { pthread_atfork(fork_prepare, fork_release, fork_child); }
+void fork_handlers_install(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }

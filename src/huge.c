@@ -109,6 +109,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
     if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
     size_t map_size = (size + (alignment - OS_PAGE_SIZE) + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
+    if (map_size == 0) map_size = OS_PAGE_SIZE; /* malloc(0) with an mmap threshold of 0 */
     uintptr_t base = 0;
     size_t mapped = map_size;
     bool reused = false;

@@ -7,20 +7,29 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 struct spin_lock {
     _Atomic int held;
 };
 
 /* Allocator locks this thread holds: fork() from a signal handler that
- * interrupted one of them must not wait for it (fork.c). */
+ * interrupted one of them must not wait for it (fork.c). The purger thread
+ * has no TLS of its own (purge.c), so it keeps no count: it is recognised by
+ * its stack. */
 extern __thread unsigned t_locks_held __attribute__((tls_model("initial-exec")))
 __attribute__((visibility("hidden")));
+extern uintptr_t g_purger_stack_low __attribute__((visibility("hidden")));
+#define PURGER_STACK_SIZE ((uintptr_t)64 * 1024)
+
+static inline bool on_purger_stack(void) {
+    return (uintptr_t)__builtin_frame_address(0) - g_purger_stack_low < PURGER_STACK_SIZE;
+}
 #define SPIN_LOCK_INIT {0}
 
 static inline bool spin_try_lock(struct spin_lock *lock) {
     bool taken = atomic_exchange_explicit(&lock->held, 1, memory_order_acquire) == 0;
-    t_locks_held += taken;
+    if (taken && !on_purger_stack()) t_locks_held++;
     return taken;
 }
 
@@ -36,7 +45,7 @@ static inline void spin_lock(struct spin_lock *lock) {
 }
 
 static inline void spin_unlock(struct spin_lock *lock) {
-    t_locks_held--;
+    if (!on_purger_stack()) t_locks_held--;
     atomic_store_explicit(&lock->held, 0, memory_order_release);
 }
 

@@ -42,7 +42,7 @@ static void small_limit_update(void) {
     }
     size_t limit = g_options.mmap_max == 0 || g_options.mmap_threshold > SMALL_MAX
                        ? SMALL_MAX
-                       : g_options.mmap_threshold - 1;
+                       : g_options.mmap_threshold == 0 ? 0 : g_options.mmap_threshold - 1;
     g_small_limit = limit;
 }
 

@@ -1,8 +1,12 @@
 /* Every memory syscall the allocator makes goes through here and is counted,
- * so tests and benchmarks can assert the release behaviour (lesson 1). */
+ * so tests and benchmarks can assert the release behaviour (lesson 1).
+ * Syscalls are made directly, without libc's wrappers: errno is never touched
+ * (free must preserve it) and no thread-local state is used, so the purger
+ * thread (purge.c), which has no TLS of its own, can call them too. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 
 #include "internal.h"
 
@@ -11,43 +15,61 @@ struct os_counters g_os;
 /* relaxed: counters are statistics; readers want a recent value, not an order. */
 #define COUNT(field, n) atomic_fetch_add_explicit(&g_os.field, (n), memory_order_relaxed)
 
+long raw_syscall6(long number, long a, long b, long c, long d, long e, long f) {
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    long result;
+    __asm__ volatile("syscall"
+                     : "=a"(result)
+                     : "a"(number), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return result; /* -errno on failure */
+}
+
+static void *raw_mmap(void *address, size_t size, int flags) {
+    long r = raw_syscall6(SYS_mmap, (long)address, (long)size, PROT_READ | PROT_WRITE,
+                          flags | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return r < 0 && r > -4096 ? MAP_FAILED : (void *)r;
+}
+
+static void raw_munmap(void *address, size_t size) {
+    raw_syscall6(SYS_munmap, (long)address, (long)size, 0, 0, 0, 0);
+}
+
 void *os_map(size_t size) {
-    int saved = errno;
     COUNT(mmap_calls, 1);
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-    errno = saved;
+    void *p = raw_mmap(NULL, size, 0);
     if (p == MAP_FAILED) return NULL;
     COUNT(bytes_mapped, size);
     return p;
 }
 
 void os_unmap(void *address, size_t size) {
-    int saved = errno;
     COUNT(munmap_calls, 1);
-    munmap(address, size);
-    errno = saved;
+    raw_munmap(address, size);
     atomic_fetch_sub_explicit(&g_os.bytes_mapped, size, memory_order_relaxed);
 }
 
 bool os_release(void *address, size_t size) {
-    int saved = errno;
     COUNT(madvise_calls, 1);
-    bool ok = madvise(address, size, MADV_DONTNEED) == 0;
-    errno = saved;
+    bool ok = raw_syscall6(SYS_madvise, (long)address, (long)size, MADV_DONTNEED, 0, 0, 0) == 0;
     if (ok) COUNT(bytes_released, size);
     return ok;
 }
 
 void *os_remap(void *address, size_t old_size, size_t new_size) {
-    int saved = errno;
     COUNT(mremap_calls, 1);
-    void *p = mremap(address, old_size, new_size, MREMAP_MAYMOVE);
-    errno = saved;
-    if (p == MAP_FAILED) return NULL;
+    long r = raw_syscall6(SYS_mremap, (long)address, (long)old_size, (long)new_size,
+                          MREMAP_MAYMOVE, 0, 0);
+    if (r < 0 && r > -4096) return NULL;
     if (new_size > old_size) COUNT(bytes_mapped, new_size - old_size);
     else atomic_fetch_sub_explicit(&g_os.bytes_mapped, old_size - new_size, memory_order_relaxed);
-    return p;
+    return (void *)r;
+}
+
+bool os_protect_none(void *address, size_t size) {
+    return raw_syscall6(SYS_mprotect, (long)address, (long)size, PROT_NONE, 0, 0, 0) == 0;
 }
 
 /* Where the next segment probably fits aligned: the kernel hands out
@@ -56,59 +78,43 @@ void *os_remap(void *address, size_t old_size, size_t new_size) {
 static _Atomic uintptr_t next_segment_hint;
 
 void *os_map_segment(void) {
-    int saved = errno;
     uintptr_t hint = atomic_load_explicit(&next_segment_hint, memory_order_relaxed);
     /* First segment: a slot well below this library, which the kernel's
      * top-down placement leaves free, saves the over-map and its two munmaps. */
     if (hint == 0) hint = ((uintptr_t)&next_segment_hint & ~(uintptr_t)SEGMENT_MASK) - 64 * SEGMENT_SIZE;
     /* MAP_FIXED_NOREPLACE fails instead of moving, so a taken hint costs one
      * failed mmap and no munmap; a few slots further down are tried. */
-    for (int attempt = 0; hint != 0 && attempt < 4; attempt++, hint -= SEGMENT_SIZE) {
+    for (int attempt = 0; attempt < 4; attempt++, hint -= SEGMENT_SIZE) {
         COUNT(mmap_calls, 1);
-        void *p = mmap((void *)hint, SEGMENT_SIZE, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE, -1, 0);
+        void *p = raw_mmap((void *)hint, SEGMENT_SIZE, MAP_FIXED_NOREPLACE);
         if (p == (void *)hint) {
             atomic_store_explicit(&next_segment_hint, hint - SEGMENT_SIZE, memory_order_relaxed);
             COUNT(bytes_mapped, SEGMENT_SIZE);
-            errno = saved;
             return p;
         }
         if (p != MAP_FAILED) { /* an old kernel ignored the flag */
             COUNT(munmap_calls, 1);
-            munmap(p, SEGMENT_SIZE);
+            raw_munmap(p, SEGMENT_SIZE);
             break;
         }
-        if (errno != EEXIST) break;
     }
     /* Over-map by one segment and cut the unaligned ends off. */
     size_t span = 2 * SEGMENT_SIZE;
     COUNT(mmap_calls, 1);
-    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                     -1, 0);
-    if (raw == MAP_FAILED) {
-        errno = saved;
-        return NULL;
-    }
+    char *raw = raw_mmap(NULL, span, 0);
+    if (raw == MAP_FAILED) return NULL;
     char *aligned = (char *)(((uintptr_t)raw + SEGMENT_MASK) & ~(uintptr_t)SEGMENT_MASK);
     size_t head = (size_t)(aligned - raw), tail = span - head - SEGMENT_SIZE;
     if (head) {
         COUNT(munmap_calls, 1);
-        munmap(raw, head);
+        raw_munmap(raw, head);
     }
     if (tail) {
         COUNT(munmap_calls, 1);
-        munmap(aligned + SEGMENT_SIZE, tail);
+        raw_munmap(aligned + SEGMENT_SIZE, tail);
     }
     atomic_store_explicit(&next_segment_hint, (uintptr_t)aligned - SEGMENT_SIZE,
                           memory_order_relaxed);
     COUNT(bytes_mapped, SEGMENT_SIZE);
-    errno = saved;
     return aligned;
-}
-
-bool os_protect_none(void *address, size_t size) {
-    int saved = errno;
-    bool ok = mprotect(address, size, PROT_NONE) == 0;
-    errno = saved;
-    return ok;
 }

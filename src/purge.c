@@ -9,6 +9,7 @@
 #include <linux/futex.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -54,25 +55,28 @@ static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything) {
     return any;
 }
 
-static void futex_wait(_Atomic uint32_t *word, uint32_t value) {
-    syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, value, NULL, NULL, 0);
-}
+/* The purger is a bare clone()d thread with its own small stack and no TLS
+ * (it shares the creating thread's, and never touches it: os.c makes raw
+ * syscalls, lock.h keeps no count on this stack). Unlike a pthread it does not
+ * make glibc treat the process as multithreaded, so a single-threaded
+ * program keeps fork() async-signal-safe (glibc's tst-mallocfork2). */
+uintptr_t g_purger_stack_low;
+extern long raw_syscall6(long, long, long, long, long, long, long) INTERNAL;
 
-static void sleep_ms(uint32_t ms) {
+static void purger_sleep_ms(uint32_t ms) {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    while (nanosleep(&t, &t) != 0) {
-    }
+    raw_syscall6(SYS_nanosleep, (long)&t, 0, 0, 0, 0, 0); /* signals are blocked */
 }
 
-static void *purger_main(void *unused) {
+static int purger_main(void *unused) {
     (void)unused;
     for (;;) {
         /* acquire: pairs with the waker's exchange; nothing else is shared. */
         while (atomic_exchange_explicit(&purger_request, 0, memory_order_acquire) == 0)
-            futex_wait(&purger_request, 0);
+            raw_syscall6(SYS_futex, (long)&purger_request, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
         for (int idle = 0; idle < PURGER_IDLE_PASSES;) {
             uint32_t delay = g_options.purge_delay_ms;
-            sleep_ms(delay > 10 ? delay : 10);
+            purger_sleep_ms(delay > 10 ? delay : 10);
             if (retained_total() <= retain_limit()) break;
             spin_lock(&g_purge_lock);
             uint32_t now = clock_ms();
@@ -82,7 +86,7 @@ static void *purger_main(void *unused) {
             idle = any ? 0 : idle + 1;
         }
     }
-    return NULL;
+    return 0;
 }
 
 static void purger_wake(void) {
@@ -92,17 +96,19 @@ static void purger_wake(void) {
         if (!atomic_compare_exchange_strong_explicit(&purger_state, &state, 1,
                                                      memory_order_acq_rel, memory_order_acquire))
             return;
-        pthread_attr_t attr;
-        pthread_attr_init(&attr);
-        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-        pthread_attr_setstacksize(&attr, 128 * 1024);
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old); /* the helper takes no signals */
-        pthread_t thread;
-        bool ok = pthread_create(&thread, &attr, purger_main, NULL) == 0;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
-        pthread_attr_destroy(&attr);
+        char *stack = os_map(PURGER_STACK_SIZE);
+        bool ok = false;
+        if (stack) {
+            g_purger_stack_low = (uintptr_t)stack;
+            sigset_t all, old;
+            sigfillset(&all);
+            pthread_sigmask(SIG_SETMASK, &all, &old); /* the purger takes no signals */
+            ok = clone(purger_main, stack + PURGER_STACK_SIZE,
+                       CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+                           CLONE_SYSVSEM,
+                       NULL) > 0;
+            pthread_sigmask(SIG_SETMASK, &old, NULL);
+        }
         atomic_store_explicit(&purger_state, ok ? 2 : 0, memory_order_release);
         if (!ok) return;
     } else if (state == 1) {
@@ -112,7 +118,7 @@ static void purger_wake(void) {
     if (atomic_load_explicit(&purger_request, memory_order_relaxed) != 0) return;
     /* release: the helper's acquire exchange sees the state that asked. */
     if (atomic_exchange_explicit(&purger_request, 1, memory_order_release) == 0)
-        syscall(SYS_futex, &purger_request, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+        raw_syscall6(SYS_futex, (long)&purger_request, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
 }
 
 void purge_after_free(void) {
@@ -140,6 +146,7 @@ bool purge_everything(size_t pad) {
 
 void purge_atfork_child(void) {
     atomic_store_explicit(&purger_state, 0, memory_order_relaxed); /* no helper in the child */
+    g_purger_stack_low = 0;
     atomic_store_explicit(&purger_request, 0, memory_order_relaxed);
 }
 
