@@ -25,7 +25,8 @@ struct spin_lock g_huge_lock = SPIN_LOCK_INIT;
 static struct huge_entry *table;  /* huge lock */
 static size_t table_capacity;     /* huge lock; power of two */
 static size_t table_used;         /* huge lock; live + deleted entries */
-#define CACHE_SLOTS 8
+#define CACHE_SLOTS 32
+#define HUGE_CACHE_MAX_BYTES ((uint64_t)64 << 20) /* beyond this, freed mappings go back at once */
 static struct cached_mapping cache[CACHE_SLOTS]; /* huge lock */
 
 _Atomic uint64_t g_huge_count, g_huge_bytes, g_huge_max_bytes, g_huge_max_count;
@@ -87,14 +88,14 @@ static void note_live(size_t map_size, bool add) {
     }
 }
 
-/* Takes a cached mapping of a fitting size (at most twice what is needed). */
+/* Takes the smallest cached mapping that fits; one more than twice too big
+ * is cut down in place with mremap (the tail goes back to the kernel). */
 static struct cached_mapping cache_take(size_t map_size) {
     struct cached_mapping best = {0, 0, 0};
     int best_slot = -1;
     for (int i = 0; i < CACHE_SLOTS; i++) {
         size_t s = cache[i].map_size;
-        if (cache[i].base && s >= map_size && s / 2 <= map_size &&
-            (best_slot < 0 || s < cache[best_slot].map_size))
+        if (cache[i].base && s >= map_size && (best_slot < 0 || s < cache[best_slot].map_size))
             best_slot = i;
     }
     if (best_slot >= 0) {
@@ -117,6 +118,10 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         spin_lock(&g_huge_lock);
         struct cached_mapping c = cache_take(map_size);
         spin_unlock(&g_huge_lock);
+        if (c.base && c.map_size / 2 > map_size) {
+            /* shrink in place: MREMAP_MAYMOVE never moves a shrinking mapping */
+            if (os_remap((void *)c.base, c.map_size, map_size) == (void *)c.base) c.map_size = map_size;
+        }
         if (c.base) {
             base = c.base;
             mapped = c.map_size;
@@ -155,7 +160,11 @@ bool huge_free(void *p) {
     struct huge_entry entry = *found;
     found->user = 1; /* deleted */
     bool cached = false;
-    if (entry.retain && !g_options.aggressive_madvise && entry.map_size < g_options.mmap_threshold) {
+    /* relaxed: a soft cap; a race lets the cache overshoot by one mapping */
+    bool room = atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed) + entry.map_size <=
+                HUGE_CACHE_MAX_BYTES;
+    if (entry.retain && room && !g_options.aggressive_madvise &&
+        entry.map_size < g_options.mmap_threshold) {
         for (int i = 0; i < CACHE_SLOTS && !cached; i++) {
             if (cache[i].base == 0) {
                 cache[i] = (struct cached_mapping){entry.base, entry.map_size, clock_ms()};
