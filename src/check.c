@@ -1,4 +1,5 @@
-/* Secure mode (MALLOC_CHECK_=3 or TIDEMALLOC_SECURE=1) and MALLOC_PERTURB_.
+/* Secure mode (MALLOC_CHECK_=3 or TIDEMALLOC_SECURE=1), MALLOC_PERTURB_, and
+ * aggressive mode's release of freed blocks.
  * Both are chosen at startup; then every malloc and free takes these paths
  * (the fast paths are bypassed, not burdened):
  *   - a class block ends with a canary (at least one byte) and the requested
@@ -85,4 +86,12 @@ size_t checked_usable_size(const struct page *page, const void *p) {
     uint32_t stored;
     memcpy(&stored, (const unsigned char *)p + page->block_size - 4, 4);
     return stored;
+}
+
+/* Aggressive mode (seed 001): the whole OS pages inside a freed block, past
+ * its free-list words, go back at once. Only blocks that span such pages. */
+void aggressive_release_block(const struct page *page, struct block *b) {
+    uintptr_t from = ((uintptr_t)b + LINK_WORDS + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    uintptr_t to = ((uintptr_t)b + page->block_size) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    if (to > from) os_release((void *)from, to - from);
 }

@@ -33,15 +33,17 @@ static inline void free_local(struct heap *heap, struct page *page, struct block
     b->free_key = g_free_key;
     page->free = b;
     /* the only page of its class stays: a malloc/free loop must not thrash */
-    if (unlikely(--page->used == 0) && (page->next != page || page->slice_count > 1))
+    if (unlikely(--page->used == 0) &&
+        (page->next != page || page->slice_count > 1 || g_options.aggressive_madvise))
         heap_page_empty(heap, page);
 }
 
 static NOINLINE void free_remote(struct page *page, struct block *b) {
     if (unlikely(b->free_key == g_free_key)) fatal_error("free(): double free detected");
-    if (unlikely(g_options.checked)) {
+    if (unlikely(g_options.free_slow)) {
         struct heap *heap = t_heap;
-        checked_before_free(page, b);
+        if (g_options.checked) checked_before_free(page, b);
+        if (g_options.aggressive_madvise) aggressive_release_block(page, b);
         /* relaxed: as in free_inline */
         if (atomic_load_explicit(&segment_of(b)->owner_id, memory_order_relaxed) ==
             (heap->id | OWNER_CHECKED_BIT)) {

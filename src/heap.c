@@ -499,7 +499,7 @@ void heap_page_empty(struct heap *heap, struct page *page) {
     if (page->class_index == LARGE_CLASS) {
         large_remove(heap, page);
     } else {
-        if (page->next == page && page->slice_count == 1) {
+        if (page->next == page && page->slice_count == 1 && !g_options.aggressive_madvise) {
             errno = saved;
             return;
         }

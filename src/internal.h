@@ -44,6 +44,7 @@ struct options {
     int check_action;        /* MALLOC_CHECK_ value; 3 turns on secure mode */
     bool secure;             /* canaries, free fill checked on reuse, guard pages */
     bool checked;            /* secure or perturb at startup: all calls take check.c's paths */
+    bool free_slow;          /* checked, or aggressive at startup: every free takes the slow path */
 };
 extern struct options g_options INTERNAL;
 void options_init_from_environment(void) INTERNAL;
@@ -194,6 +195,7 @@ void free_internal(void *p) INTERNAL;
 #define SECURE_TRAILER 5 /* at least one canary byte, then the requested size (4 bytes) */
 void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) INTERNAL;
 void checked_before_free(struct page *page, struct block *b) INTERNAL;
+void aggressive_release_block(const struct page *page, struct block *b) INTERNAL;
 void checked_before_reuse(struct page *page, struct block *b) INTERNAL;
 size_t checked_usable_size(const struct page *page, const void *p) INTERNAL;
 void *heap_malloc_class_checked(struct heap *heap, unsigned cls) INTERNAL;

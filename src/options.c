@@ -220,5 +220,6 @@ void options_init_from_environment(void) {
     /* Checked mode is chosen once, before any segment has an owner. */
     g_options.secure = g_options.secure || g_options.check_action == 3;
     g_options.checked = g_options.secure || g_options.perturb != 0;
+    g_options.free_slow = g_options.checked || g_options.aggressive_madvise;
     small_limit_update();
 }

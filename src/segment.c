@@ -85,7 +85,7 @@ static void segment_take_ownership(struct heap *heap, struct segment *segment) {
     segment->heap = heap;
     /* relaxed: other threads only compare it with their own id; a stale value
      * sends them down the remote-free path, which is always correct. */
-    uint64_t owner = heap->id | (g_options.checked ? OWNER_CHECKED_BIT : 0);
+    uint64_t owner = heap->id | (g_options.free_slow ? OWNER_CHECKED_BIT : 0);
     atomic_store_explicit(&segment->owner_id, owner, memory_order_relaxed);
     segment->in_full_list = 0;
     list_push(&heap->segments_avail, segment);
