@@ -20,18 +20,18 @@ extern "C" {
 /* Counters kept since the process started. Syscall counts are those the
  * allocator itself made. */
 struct tidemalloc_stats {
-    uint64_t mmap_calls;      /* mmap, including failed attempts */
-    uint64_t munmap_calls;    /* munmap */
-    uint64_t madvise_calls;   /* madvise (MADV_DONTNEED releases) */
-    uint64_t mremap_calls;    /* mremap (huge realloc) */
-    uint64_t bytes_mapped;    /* address space currently mapped for blocks */
-    uint64_t bytes_retained;  /* free memory kept resident (candidates for release) */
-    uint64_t bytes_released;  /* total bytes given back with madvise or munmap */
-    uint64_t purge_runs;      /* release passes that gave something back */
-    uint64_t huge_blocks;     /* live direct-mapped blocks */
-    uint64_t huge_bytes;      /* bytes in live direct-mapped blocks */
-    uint64_t segments;        /* live segments */
-    uint64_t heaps;           /* thread heaps currently alive */
+    uint64_t mmap_calls;     /* mmap, including failed attempts */
+    uint64_t munmap_calls;   /* munmap */
+    uint64_t madvise_calls;  /* madvise (MADV_DONTNEED releases) */
+    uint64_t mremap_calls;   /* mremap (huge realloc) */
+    uint64_t bytes_mapped;   /* address space currently mapped for blocks */
+    uint64_t bytes_retained; /* free memory kept resident (candidates for release) */
+    uint64_t bytes_released; /* total bytes given back with madvise or munmap */
+    uint64_t purge_runs;     /* release passes that gave something back */
+    uint64_t huge_blocks;    /* live direct-mapped blocks */
+    uint64_t huge_bytes;     /* bytes in live direct-mapped blocks */
+    uint64_t segments;       /* live segments */
+    uint64_t heaps;          /* thread heaps currently alive */
 };
 
 /* Fills *out. Safe to call from any thread at any time; it never allocates. */

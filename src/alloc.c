@@ -8,7 +8,6 @@
 
 #include "internal.h"
 
-
 /* Largest size served from size classes: SMALL_MAX, or less when the user set
  * a lower mmap threshold (options.c keeps it in step). */
 size_t g_small_limit = SMALL_MAX;
@@ -30,7 +29,9 @@ static inline void *malloc_inline(size_t size) {
     return heap_malloc_slow(heap, size);
 }
 
-API void *TM_NAME(malloc)(size_t size) { return malloc_inline(size); }
+API void *TM_NAME(malloc)(size_t size) {
+    return malloc_inline(size);
+}
 
 API void *TM_NAME(calloc)(size_t count, size_t size) {
     size_t total;
@@ -65,7 +66,9 @@ static void *memalign_internal(size_t alignment, size_t size) {
     return heap_malloc_aligned(t_heap, alignment, size);
 }
 
-API void *TM_NAME(memalign)(size_t alignment, size_t size) { return memalign_internal(alignment, size); }
+API void *TM_NAME(memalign)(size_t alignment, size_t size) {
+    return memalign_internal(alignment, size);
+}
 API void *TM_NAME(aligned_alloc)(size_t alignment, size_t size) {
     return memalign_internal(alignment, size);
 }
@@ -79,7 +82,9 @@ API int TM_NAME(posix_memalign)(void **result, size_t alignment, size_t size) {
     return 0;
 }
 
-API void *TM_NAME(valloc)(size_t size) { return memalign_internal(OS_PAGE_SIZE, size); }
+API void *TM_NAME(valloc)(size_t size) {
+    return memalign_internal(OS_PAGE_SIZE, size);
+}
 
 API void *TM_NAME(pvalloc)(size_t size) {
     if (size > SIZE_MAX - OS_PAGE_SIZE) {
@@ -124,7 +129,8 @@ API void *TM_NAME(reallocarray)(void *p, size_t count, size_t size) {
 API void *__libc_malloc(size_t size) __attribute__((alias("malloc"), copy(malloc)));
 API void *__libc_calloc(size_t count, size_t size) __attribute__((alias("calloc"), copy(calloc)));
 API void *__libc_realloc(void *p, size_t size) __attribute__((alias("realloc"), copy(realloc)));
-API void *__libc_memalign(size_t alignment, size_t size) __attribute__((alias("memalign"), copy(memalign)));
+API void *__libc_memalign(size_t alignment, size_t size)
+    __attribute__((alias("memalign"), copy(memalign)));
 API void *__libc_valloc(size_t size) __attribute__((alias("valloc"), copy(valloc)));
 API void *__libc_pvalloc(size_t size) __attribute__((alias("pvalloc"), copy(pvalloc)));
 #endif

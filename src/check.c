@@ -33,16 +33,20 @@ void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_
                  (g_options.secure || size < g_options.mmap_threshold);
     if (small) {
         unsigned cls = size_class_of(need);
-        while (alignment > ALIGNMENT && g_class_size[cls] % alignment != 0) cls++;
-        if (cls >= SMALL_CLASS_COUNT) small = false;
+        while (alignment > ALIGNMENT && g_class_size[cls] % alignment != 0)
+            cls++;
+        if (cls >= SMALL_CLASS_COUNT)
+            small = false;
         else {
             p = heap_malloc_class_checked(heap, cls);
             usable = g_class_size[cls];
         }
     }
     if (!small) {
-        if (g_options.secure) p = huge_alloc_guarded(size, alignment > 0 ? alignment : ALIGNMENT);
-        else p = huge_alloc(size, alignment, is_zero != NULL, size < g_options.mmap_threshold);
+        if (g_options.secure)
+            p = huge_alloc_guarded(size, alignment > 0 ? alignment : ALIGNMENT);
+        else
+            p = huge_alloc(size, alignment, is_zero != NULL, size < g_options.mmap_threshold);
         if (p && is_zero) *is_zero = true; /* fresh mapping, or zeroed by huge_alloc */
         if (p && !is_zero && g_options.perturb) memset(p, g_options.perturb ^ 0xff, size);
         return p;
@@ -70,8 +74,10 @@ void checked_before_free(struct page *page, struct block *b) {
             if (p[i] != CANARY_BYTE) fatal_error("free(): heap overflow detected (canary)");
         size = stored;
     }
-    if (g_options.secure) memset(p + LINK_WORDS, FREE_FILL, usable - LINK_WORDS);
-    else if (g_options.perturb) memset(p, g_options.perturb, size);
+    if (g_options.secure)
+        memset(p + LINK_WORDS, FREE_FILL, usable - LINK_WORDS);
+    else if (g_options.perturb)
+        memset(p, g_options.perturb, size);
 }
 
 void checked_before_reuse(struct page *page, struct block *b) {
@@ -91,7 +97,8 @@ size_t checked_usable_size(const struct page *page, const void *p) {
 /* Aggressive mode (seed 001): the whole OS pages inside a freed block, past
  * its free-list words, go back at once. Only blocks that span such pages. */
 void aggressive_release_block(const struct page *page, struct block *b) {
-    uintptr_t from = ((uintptr_t)b + LINK_WORDS + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    uintptr_t from =
+        ((uintptr_t)b + LINK_WORDS + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
     uintptr_t to = ((uintptr_t)b + page->block_size) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
     if (to > from) os_release((void *)from, to - from);
 }

@@ -34,11 +34,13 @@ static void fork_prepare(void) {
     if (fork_locking == 1) return;
     _IO_list_lock();
     spin_lock(&g_heaps_lock);
-    for (struct heap *h = g_heaps; h; h = h->next_heap) spin_lock(&h->cache_lock);
+    for (struct heap *h = g_heaps; h; h = h->next_heap)
+        spin_lock(&h->cache_lock);
     spin_lock(&g_segment_cache_lock);
     spin_lock(&g_abandoned_lock);
     spin_lock(&g_registry_lock);
-    for (struct segment *s = g_registry; s; s = s->all_next) spin_lock(&s->lock);
+    for (struct segment *s = g_registry; s; s = s->all_next)
+        spin_lock(&s->lock);
     spin_lock(&g_huge_lock);
 }
 
@@ -46,11 +48,13 @@ static void fork_unlock_ours(void) {
     if (fork_locking == 0) return;
     if (fork_locking == 2) {
         spin_unlock(&g_huge_lock);
-        for (struct segment *s = g_registry; s; s = s->all_next) spin_unlock(&s->lock);
+        for (struct segment *s = g_registry; s; s = s->all_next)
+            spin_unlock(&s->lock);
         spin_unlock(&g_registry_lock);
         spin_unlock(&g_abandoned_lock);
         spin_unlock(&g_segment_cache_lock);
-        for (struct heap *h = g_heaps; h; h = h->next_heap) spin_unlock(&h->cache_lock);
+        for (struct heap *h = g_heaps; h; h = h->next_heap)
+            spin_unlock(&h->cache_lock);
         spin_unlock(&g_heaps_lock);
     }
     spin_unlock(&g_purge_lock);
@@ -68,4 +72,6 @@ static void fork_child(void) {
     purge_atfork_child();
 }
 
-void fork_handlers_install(void) { pthread_atfork(fork_prepare, fork_parent, fork_child); }
+void fork_handlers_install(void) {
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
+}

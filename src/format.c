@@ -45,7 +45,8 @@ void out_unsigned(struct out_buffer *out, uint64_t value) {
         value /= 10;
     } while (value);
     char text[24];
-    for (int i = 0; i < n; i++) text[i] = digits[n - 1 - i];
+    for (int i = 0; i < n; i++)
+        text[i] = digits[n - 1 - i];
     text[n] = '\0';
     out_string(out, text);
 }

@@ -8,8 +8,9 @@
 
 #include "internal.h"
 
-
-void report_invalid_pointer(const char *message) { fatal_error(message); }
+void report_invalid_pointer(const char *message) {
+    fatal_error(message);
+}
 
 /* The page of a pointer into our segments, after checking it is the start of
  * a block of an in-use page; NULL if the segment map does not know it. */
@@ -87,17 +88,25 @@ static inline void free_inline(void *p) {
     /* relaxed: equal only if this thread owns the segment, and then this
      * thread wrote the value itself; any other value takes the remote path. */
     if (likely(atomic_load_explicit(&segment->owner_id, memory_order_relaxed) == heap->id)) {
-        if (unlikely(b->free_key == g_free_key)) free_local_checked(heap, page, b);
-        else free_local(heap, page, b);
+        if (unlikely(b->free_key == g_free_key))
+            free_local_checked(heap, page, b);
+        else
+            free_local(heap, page, b);
         return;
     }
     free_remote(page, b);
 }
 
-void free_internal(void *p) { free_inline(p); }
+void free_internal(void *p) {
+    free_inline(p);
+}
 
-API void TM_NAME(free)(void *p) { free_inline(p); }
-API void TM_NAME(cfree)(void *p) { free_inline(p); }
+API void TM_NAME(free)(void *p) {
+    free_inline(p);
+}
+API void TM_NAME(cfree)(void *p) {
+    free_inline(p);
+}
 API void TM_NAME(free_sized)(void *p, size_t size) {
     (void)size;
     free_inline(p);

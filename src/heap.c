@@ -16,8 +16,8 @@ struct heap g_empty_heap = {
 __thread struct heap *t_heap __attribute__((tls_model("initial-exec"))) = &g_empty_heap;
 
 struct spin_lock g_heaps_lock = SPIN_LOCK_INIT;
-struct heap *g_heaps;                /* live heaps (heaps lock) */
-static struct heap *heap_free_list;  /* recycled heap structures (heaps lock) */
+struct heap *g_heaps;                   /* live heaps (heaps lock) */
+static struct heap *heap_free_list;     /* recycled heap structures (heaps lock) */
 static char *heap_pool, *heap_pool_end; /* carving area for new ones (heaps lock) */
 _Atomic uint64_t g_heap_count;
 static _Atomic uint64_t next_heap_id = 1;
@@ -74,8 +74,10 @@ static void large_insert(struct heap *heap, struct page *page) {
 }
 
 static void large_remove(struct heap *heap, struct page *page) {
-    if (page->prev) page->prev->next = page->next;
-    else heap->large_pages = page->next;
+    if (page->prev)
+        page->prev->next = page->next;
+    else
+        heap->large_pages = page->next;
     if (page->next) page->next->prev = page->prev;
     page->next = page->prev = NULL;
 }
@@ -118,7 +120,8 @@ struct heap *heap_for_thread(void) {
     struct heap *heap = heap_struct_alloc();
     if (heap == NULL) return NULL;
     memset(heap, 0, sizeof *heap);
-    for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++) heap->pages_direct[i] = &g_empty_page;
+    for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++)
+        heap->pages_direct[i] = &g_empty_page;
     /* relaxed: ids only need to be unique. */
     heap->id = atomic_fetch_add_explicit(&next_heap_id, 1, memory_order_relaxed);
     heap->collect_countdown = COLLECT_INTERVAL;
@@ -148,7 +151,8 @@ static void heap_collect(struct heap *heap, bool exiting) {
         if (*head == &g_empty_page) continue;
         struct page *page = *head;
         unsigned remaining = 1;
-        for (struct page *p = page->next; p != page; p = p->next) remaining++;
+        for (struct page *p = page->next; p != page; p = p->next)
+            remaining++;
         while (remaining-- > 0) {
             struct page *next = page->next;
             page_collect_remote(page);
@@ -182,8 +186,10 @@ static void heap_thread_exit(void *arg) {
         }
     }
     spin_lock(&g_heaps_lock);
-    if (heap->prev_heap) heap->prev_heap->next_heap = heap->next_heap;
-    else g_heaps = heap->next_heap;
+    if (heap->prev_heap)
+        heap->prev_heap->next_heap = heap->next_heap;
+    else
+        g_heaps = heap->next_heap;
     if (heap->next_heap) heap->next_heap->prev_heap = heap->prev_heap;
     heap->next_heap = heap_free_list;
     heap_free_list = heap;
@@ -240,12 +246,16 @@ void heap_adopt_page(struct heap *heap, struct page *page) {
 
 #define PAGE_CACHE_SLOTS (sizeof(((struct heap *)0)->page_cache) / sizeof(struct cached_page))
 
-static uint64_t page_bytes(const struct page *page) { return (uint64_t)page->slice_count << SLICE_SHIFT; }
+static uint64_t page_bytes(const struct page *page) {
+    return (uint64_t)page->slice_count << SLICE_SHIFT;
+}
 
 static void retained_change(uint64_t bytes, bool add) {
     /* relaxed: a statistic and a purge trigger, as in segment.c */
-    if (add) atomic_fetch_add_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
-    else atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
+    if (add)
+        atomic_fetch_add_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
 }
 
 static void page_cache_push(struct heap *heap, struct page *page) {
@@ -253,7 +263,8 @@ static void page_cache_push(struct heap *heap, struct page *page) {
     spin_lock(&heap->cache_lock);
     if (heap->page_cache_count == PAGE_CACHE_SLOTS) {
         struct cached_page oldest = heap->page_cache[0];
-        for (unsigned i = 1; i < PAGE_CACHE_SLOTS; i++) heap->page_cache[i - 1] = heap->page_cache[i];
+        for (unsigned i = 1; i < PAGE_CACHE_SLOTS; i++)
+            heap->page_cache[i - 1] = heap->page_cache[i];
         heap->page_cache_count--;
         evicted = oldest.page;
         if (!oldest.clean) retained_change(page_bytes(evicted), false);
@@ -266,7 +277,8 @@ static void page_cache_push(struct heap *heap, struct page *page) {
 
 /* A cached page for class `cls` (best: same class, free list intact), else one
  * of the same size in slices. NULL if none. *reusable: its free list can stay. */
-static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned slices, bool *reusable) {
+static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned slices,
+                                    bool *reusable) {
     if (heap->page_cache_count == 0) return NULL; /* owner's own field: no lock to peek */
     spin_lock(&heap->cache_lock);
     int found = -1;
@@ -303,9 +315,11 @@ static void page_cache_flush(struct heap *heap, bool everything) {
         struct cached_page entry = {NULL, 0, 0};
         spin_lock(&heap->cache_lock);
         if (heap->page_cache_count > 0 &&
-            (everything || (uint32_t)(now - heap->page_cache[0].freed_ms) >= g_options.purge_delay_ms)) {
+            (everything ||
+             (uint32_t)(now - heap->page_cache[0].freed_ms) >= g_options.purge_delay_ms)) {
             entry = heap->page_cache[0];
-            for (unsigned i = 1; i < heap->page_cache_count; i++) heap->page_cache[i - 1] = heap->page_cache[i];
+            for (unsigned i = 1; i < heap->page_cache_count; i++)
+                heap->page_cache[i - 1] = heap->page_cache[i];
             heap->page_cache_count--;
         }
         spin_unlock(&heap->cache_lock);
@@ -505,8 +519,10 @@ void heap_page_empty(struct heap *heap, struct page *page) {
         }
         queue_remove(&heap->pages_direct[page->class_index], page, &g_empty_page);
     }
-    if (g_options.aggressive_madvise) segment_page_free(heap, page);
-    else page_cache_push(heap, page);
+    if (g_options.aggressive_madvise)
+        segment_page_free(heap, page);
+    else
+        page_cache_push(heap, page);
     purge_after_free(); /* last: it may start a thread, which allocates */
     errno = saved;
 }

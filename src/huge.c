@@ -9,30 +9,34 @@
 #include "internal.h"
 
 struct huge_entry {
-    uintptr_t user;   /* address returned to the caller; 0 = empty, 1 = deleted */
-    uintptr_t base;   /* start of the mapping */
-    size_t map_size;  /* bytes mapped */
-    bool retain;      /* allocated below the mmap threshold: cache it on free */
+    uintptr_t user;  /* address returned to the caller; 0 = empty, 1 = deleted */
+    uintptr_t base;  /* start of the mapping */
+    size_t map_size; /* bytes mapped */
+    bool retain;     /* allocated below the mmap threshold: cache it on free */
 };
 
 struct cached_mapping {
-    uintptr_t base;       /* 0 = empty slot */
+    uintptr_t base; /* 0 = empty slot */
     size_t map_size;
     uint32_t freed_at_ms; /* for the purge delay */
 };
 
 struct spin_lock g_huge_lock = SPIN_LOCK_INIT;
-static struct huge_entry *table;  /* huge lock */
-static size_t table_capacity;     /* huge lock; power of two */
-static size_t table_used;         /* huge lock; live + deleted entries */
-#define CACHE_SLOTS 32
-#define HUGE_CACHE_MAX_BYTES ((uint64_t)64 << 20) /* beyond this, freed mappings go back at once */
+static struct huge_entry *table; /* huge lock */
+static size_t table_capacity;    /* huge lock; power of two */
+static size_t table_used;        /* huge lock; live + deleted entries */
+/* Freed mappings kept for reuse: at most this many, and this many bytes;
+ * beyond that they go back to the kernel at once. */
+#define CACHE_SLOTS          32
+#define HUGE_CACHE_MAX_BYTES ((uint64_t)64 << 20)
 static struct cached_mapping cache[CACHE_SLOTS]; /* huge lock */
 
 _Atomic uint64_t g_huge_count, g_huge_bytes, g_huge_max_bytes, g_huge_max_count;
 _Atomic uint64_t g_huge_cached_bytes;
 
-static size_t hash_address(uintptr_t a) { return (size_t)((a >> 12) * 0x9E3779B97F4A7C15ull); }
+static size_t hash_address(uintptr_t a) {
+    return (size_t)((a >> 12) * 0x9E3779B97F4A7C15ull);
+}
 
 static struct huge_entry *table_find(uintptr_t user) {
     if (table_capacity == 0) return NULL;
@@ -50,11 +54,13 @@ static bool table_grow(void) {
     for (size_t j = 0; j < table_capacity; j++) {
         if (table[j].user <= 1) continue;
         size_t i = hash_address(table[j].user) & (capacity - 1);
-        while (fresh[i].user) i = (i + 1) & (capacity - 1);
+        while (fresh[i].user)
+            i = (i + 1) & (capacity - 1);
         fresh[i] = table[j];
     }
     size_t live = 0;
-    for (size_t j = 0; j < table_capacity; j++) live += table[j].user > 1;
+    for (size_t j = 0; j < table_capacity; j++)
+        live += table[j].user > 1;
     if (table) os_unmap(table, table_capacity * sizeof *table);
     table = fresh;
     table_capacity = capacity;
@@ -66,7 +72,8 @@ static bool table_insert(struct huge_entry entry) {
     if ((table_used + 1) * 4 > table_capacity * 3 && !table_grow()) return false;
     size_t mask = table_capacity - 1;
     size_t i = hash_address(entry.user) & mask;
-    while (table[i].user > 1) i = (i + 1) & mask;
+    while (table[i].user > 1)
+        i = (i + 1) & mask;
     if (table[i].user == 0) table_used++;
     table[i] = entry;
     return true;
@@ -109,7 +116,8 @@ static struct cached_mapping cache_take(size_t map_size) {
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
     if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
     if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
-    size_t map_size = (size + (alignment - OS_PAGE_SIZE) + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
+    size_t map_size =
+        (size + (alignment - OS_PAGE_SIZE) + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
     if (map_size == 0) map_size = OS_PAGE_SIZE; /* malloc(0) with an mmap threshold of 0 */
     uintptr_t base = 0;
     size_t mapped = map_size;
@@ -120,7 +128,8 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         spin_unlock(&g_huge_lock);
         if (c.base && c.map_size / 2 > map_size) {
             /* shrink in place: MREMAP_MAYMOVE never moves a shrinking mapping */
-            if (os_remap((void *)c.base, c.map_size, map_size) == (void *)c.base) c.map_size = map_size;
+            if (os_remap((void *)c.base, c.map_size, map_size) == (void *)c.base)
+                c.map_size = map_size;
         }
         if (c.base) {
             base = c.base;
@@ -234,8 +243,8 @@ bool huge_cache_trim(bool everything, uint32_t now) {
     for (int i = 0; i < CACHE_SLOTS; i++) {
         spin_lock(&g_huge_lock);
         struct cached_mapping c = cache[i];
-        bool take = c.base && (everything ||
-                               (uint32_t)(now - c.freed_at_ms) >= g_options.purge_delay_ms);
+        bool take =
+            c.base && (everything || (uint32_t)(now - c.freed_at_ms) >= g_options.purge_delay_ms);
         if (take) cache[i].base = 0;
         spin_unlock(&g_huge_lock);
         if (!take) continue;
@@ -251,7 +260,8 @@ void *huge_alloc_guarded(size_t size, size_t alignment) {
     if (alignment < ALIGNMENT) alignment = ALIGNMENT;
     if (size > PTRDIFF_MAX - alignment - 2 * OS_PAGE_SIZE) return NULL;
     size_t body = (size + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
-    size_t map_size = ((body + alignment + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1)) + OS_PAGE_SIZE;
+    size_t map_size =
+        ((body + alignment + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1)) + OS_PAGE_SIZE;
     uintptr_t base = (uintptr_t)os_map(map_size);
     if (base == 0) return NULL;
     uintptr_t guard = base + map_size - OS_PAGE_SIZE;

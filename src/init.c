@@ -42,7 +42,8 @@ void allocator_init(void) {
         atomic_store_explicit(&g_initialized, 2, memory_order_release);
         return;
     }
-    while (atomic_load_explicit(&g_initialized, memory_order_acquire) != 2) __builtin_ia32_pause();
+    while (atomic_load_explicit(&g_initialized, memory_order_acquire) != 2)
+        __builtin_ia32_pause();
 }
 
 int g_stats_fd = 2; /* stderr, or a copy of it that outlives close(2) */

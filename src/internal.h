@@ -51,11 +51,11 @@ void options_init_from_environment(void) INTERNAL;
 void options_note_huge_free(size_t size) INTERNAL;
 
 /* ---- init.c ---- */
-extern uintptr_t g_free_key INTERNAL;  /* marks a free block (double-free test) */
-extern uintptr_t g_link_key INTERNAL;  /* mixed into every encoded free link */
+extern uintptr_t g_free_key INTERNAL; /* marks a free block (double-free test) */
+extern uintptr_t g_link_key INTERNAL; /* mixed into every encoded free link */
 extern _Atomic int g_initialized INTERNAL;
-void allocator_init(void) INTERNAL;     /* idempotent, thread-safe */
-uint32_t clock_ms(void) INTERNAL;       /* monotonic milliseconds */
+void allocator_init(void) INTERNAL; /* idempotent, thread-safe */
+uint32_t clock_ms(void) INTERNAL;   /* monotonic milliseconds */
 
 /* ---- format.c ---- */
 NORETURN void fatal_error(const char *message) INTERNAL; /* "message" + abort */
@@ -116,7 +116,8 @@ static inline uintptr_t page_start(const struct page *page) {
     struct segment *segment = segment_of(page);
     return (uintptr_t)segment + ((uintptr_t)(page - segment->pages) << SLICE_SHIFT);
 }
-struct segment *segment_acquire(struct heap *heap, bool allow_adopt) INTERNAL; /* new, cached or adopted */
+struct segment *segment_acquire(struct heap *heap,
+                                bool allow_adopt) INTERNAL; /* new, cached or adopted */
 struct page *segment_page_alloc(struct heap *heap, unsigned slices) INTERNAL;
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;
@@ -133,7 +134,7 @@ bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
 
 /* ---- page.c ---- */
 void page_init(struct page *page, unsigned class_index, size_t block_size) INTERNAL;
-bool page_extend(struct page *page) INTERNAL; /* carve more blocks; false if full */
+bool page_extend(struct page *page) INTERNAL;             /* carve more blocks; false if full */
 uint32_t page_collect_remote(struct page *page) INTERNAL; /* returns blocks collected */
 NORETURN void report_corrupt_free_list(void) INTERNAL;
 
@@ -169,9 +170,9 @@ void heap_double_free_check(struct heap *heap, struct page *page, struct block *
 /* ---- huge.c ---- */
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
-bool huge_free(void *p) INTERNAL;             /* false: not ours */
-size_t huge_usable_size(const void *p) INTERNAL; /* 0: not ours */
-void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
+bool huge_free(void *p) INTERNAL;                                 /* false: not ours */
+size_t huge_usable_size(const void *p) INTERNAL;                  /* 0: not ours */
+void *huge_realloc(void *p, size_t size) INTERNAL;                /* NULL: could not, p untouched */
 extern struct spin_lock g_huge_lock INTERNAL;
 bool huge_cache_trim(bool everything, uint32_t now) INTERNAL;
 extern _Atomic uint64_t g_huge_count INTERNAL;
@@ -192,7 +193,7 @@ void free_internal(void *p) INTERNAL;
 
 /* ---- check.c: secure mode and MALLOC_PERTURB_ ---- */
 #define OWNER_CHECKED_BIT ((uint64_t)1 << 63) /* owner ids never match: frees go slow */
-#define SECURE_TRAILER 5 /* at least one canary byte, then the requested size (4 bytes) */
+#define SECURE_TRAILER    5 /* at least one canary byte, then the requested size (4 bytes) */
 void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) INTERNAL;
 void checked_before_free(struct page *page, struct block *b) INTERNAL;
 void aggressive_release_block(const struct page *page, struct block *b) INTERNAL;

@@ -25,7 +25,8 @@ extern uintptr_t g_purger_stack_low __attribute__((visibility("hidden")));
 static inline bool on_purger_stack(void) {
     return (uintptr_t)__builtin_frame_address(0) - g_purger_stack_low < PURGER_STACK_SIZE;
 }
-#define SPIN_LOCK_INIT {0}
+#define SPIN_LOCK_INIT                                                                             \
+    { 0 }
 
 static inline bool spin_try_lock(struct spin_lock *lock) {
     bool taken = atomic_exchange_explicit(&lock->held, 1, memory_order_acquire) == 0;
@@ -38,8 +39,10 @@ static inline void spin_lock(struct spin_lock *lock) {
         if (spin_try_lock(lock)) return;
         /* relaxed: only a hint to retry; the exchange above synchronizes. */
         while (atomic_load_explicit(&lock->held, memory_order_relaxed)) {
-            if (++spins > 64) sched_yield();
-            else __builtin_ia32_pause();
+            if (++spins > 64)
+                sched_yield();
+            else
+                __builtin_ia32_pause();
         }
     }
 }

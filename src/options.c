@@ -40,9 +40,9 @@ static void small_limit_update(void) {
         g_small_limit = 0; /* every malloc takes the checked slow path */
         return;
     }
-    size_t limit = g_options.mmap_max == 0 || g_options.mmap_threshold > SMALL_MAX
-                       ? SMALL_MAX
-                       : g_options.mmap_threshold == 0 ? 0 : g_options.mmap_threshold - 1;
+    size_t limit = g_options.mmap_max == 0 || g_options.mmap_threshold > SMALL_MAX ? SMALL_MAX
+                   : g_options.mmap_threshold == 0                                 ? 0
+                                                   : g_options.mmap_threshold - 1;
     g_small_limit = limit;
 }
 
@@ -122,15 +122,21 @@ static bool parse_number(const char *s, size_t length, long *out) {
     unsigned long value = 0, base = 10;
     size_t i = 0;
     if (length == 0) return false;
-    if (length > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')) base = 16, i = 2;
-    else if (length > 1 && s[0] == '0') base = 8, i = 1;
+    if (length > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
+        base = 16, i = 2;
+    else if (length > 1 && s[0] == '0')
+        base = 8, i = 1;
     for (; i < length; i++) {
         unsigned digit;
         char c = s[i];
-        if (c >= '0' && c <= '9') digit = (unsigned)(c - '0');
-        else if (c >= 'a' && c <= 'f') digit = (unsigned)(c - 'a' + 10);
-        else if (c >= 'A' && c <= 'F') digit = (unsigned)(c - 'A' + 10);
-        else return false;
+        if (c >= '0' && c <= '9')
+            digit = (unsigned)(c - '0');
+        else if (c >= 'a' && c <= 'f')
+            digit = (unsigned)(c - 'a' + 10);
+        else if (c >= 'A' && c <= 'F')
+            digit = (unsigned)(c - 'A' + 10);
+        else
+            return false;
         if (digit >= base || value > (0x7fffffffUL - digit) / base) return false;
         value = value * base + digit;
     }
@@ -173,9 +179,11 @@ static void parse_glibc_tunables(const char *s) {
     static const char prefix[] = "glibc.malloc.";
     while (*s) {
         const char *end = s;
-        while (*end && *end != ':') end++;
+        while (*end && *end != ':')
+            end++;
         const char *eq = s;
-        while (eq < end && *eq != '=') eq++;
+        while (eq < end && *eq != '=')
+            eq++;
         size_t prefix_length = sizeof prefix - 1;
         if (eq < end && (size_t)(eq - s) > prefix_length && memcmp(s, prefix, prefix_length) == 0) {
             const char *name = s + prefix_length;

@@ -60,11 +60,13 @@ bool os_release(void *address, size_t size) {
 
 void *os_remap(void *address, size_t old_size, size_t new_size) {
     COUNT(mremap_calls, 1);
-    long r = raw_syscall6(SYS_mremap, (long)address, (long)old_size, (long)new_size,
-                          MREMAP_MAYMOVE, 0, 0);
+    long r = raw_syscall6(SYS_mremap, (long)address, (long)old_size, (long)new_size, MREMAP_MAYMOVE,
+                          0, 0);
     if (r < 0 && r > -4096) return NULL;
-    if (new_size > old_size) COUNT(bytes_mapped, new_size - old_size);
-    else atomic_fetch_sub_explicit(&g_os.bytes_mapped, old_size - new_size, memory_order_relaxed);
+    if (new_size > old_size)
+        COUNT(bytes_mapped, new_size - old_size);
+    else
+        atomic_fetch_sub_explicit(&g_os.bytes_mapped, old_size - new_size, memory_order_relaxed);
     return (void *)r;
 }
 
@@ -81,7 +83,8 @@ void *os_map_segment(void) {
     uintptr_t hint = atomic_load_explicit(&next_segment_hint, memory_order_relaxed);
     /* First segment: a slot well below this library, which the kernel's
      * top-down placement leaves free, saves the over-map and its two munmaps. */
-    if (hint == 0) hint = ((uintptr_t)&next_segment_hint & ~(uintptr_t)SEGMENT_MASK) - 64 * SEGMENT_SIZE;
+    if (hint == 0)
+        hint = ((uintptr_t)&next_segment_hint & ~(uintptr_t)SEGMENT_MASK) - 64 * SEGMENT_SIZE;
     /* MAP_FIXED_NOREPLACE fails instead of moving, so a taken hint costs one
      * failed mmap and no munmap; a few slots further down are tried. */
     for (int attempt = 0; attempt < 4; attempt++, hint -= SEGMENT_SIZE) {

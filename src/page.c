@@ -64,4 +64,6 @@ uint32_t page_collect_remote(struct page *page) {
     return count;
 }
 
-void report_corrupt_free_list(void) { fatal_error("malloc(): corrupted free list (heap overflow or write after free)"); }
+void report_corrupt_free_list(void) {
+    fatal_error("malloc(): corrupted free list (heap overflow or write after free)");
+}

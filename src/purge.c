@@ -17,12 +17,11 @@
 
 #include "internal.h"
 
-
 struct spin_lock g_purge_lock = SPIN_LOCK_INIT; /* one purger at a time */
 static _Atomic uint32_t last_pass_ms;           /* start of the latest pass */
 static _Atomic int purger_state;                /* 0: none, 1: starting, 2: running */
 static _Atomic uint32_t purger_request;         /* futex word: 1 = work waiting */
-#define PURGER_IDLE_PASSES 3 /* empty passes before the helper sleeps for good */
+#define PURGER_IDLE_PASSES 3                    /* empty passes before the helper sleeps for good */
 
 static uint64_t retained_total(void) {
     /* relaxed: a trigger; a slightly stale total only shifts a pass a little. */
@@ -93,8 +92,8 @@ static void purger_wake(void) {
     if (!g_options.background_purge) return;
     int state = atomic_load_explicit(&purger_state, memory_order_acquire);
     if (state == 0) {
-        if (!atomic_compare_exchange_strong_explicit(&purger_state, &state, 1,
-                                                     memory_order_acq_rel, memory_order_acquire))
+        if (!atomic_compare_exchange_strong_explicit(&purger_state, &state, 1, memory_order_acq_rel,
+                                                     memory_order_acquire))
             return;
         char *stack = os_map(PURGER_STACK_SIZE);
         bool ok = false;
@@ -182,9 +181,8 @@ static size_t release_remote_freed_blocks(void) {
             do {
                 block_link_set(tail, head);
                 /* release: as in free_remote */
-            } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &head, list,
-                                                            memory_order_release,
-                                                            memory_order_relaxed));
+            } while (!atomic_compare_exchange_weak_explicit(
+                &page->thread_free, &head, list, memory_order_release, memory_order_relaxed));
         }
     }
     spin_unlock(&g_registry_lock);

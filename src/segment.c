@@ -28,15 +28,19 @@ static void segment_map_set(struct segment *segment, bool present) {
     uintptr_t index = (uintptr_t)segment >> SEGMENT_SHIFT;
     uint64_t bit = (uint64_t)1 << (index & 63);
     /* release: a reader that sees the bit also sees the initialised header. */
-    if (present) atomic_fetch_or_explicit(&g_segment_map[index >> 6], bit, memory_order_release);
-    else atomic_fetch_and_explicit(&g_segment_map[index >> 6], ~bit, memory_order_release);
+    if (present)
+        atomic_fetch_or_explicit(&g_segment_map[index >> 6], bit, memory_order_release);
+    else
+        atomic_fetch_and_explicit(&g_segment_map[index >> 6], ~bit, memory_order_release);
 }
 
 static void retained_add(uint64_t slices_mask, bool add) {
     uint64_t bytes = (uint64_t)__builtin_popcountll(slices_mask) * SLICE_SIZE;
     /* relaxed: a statistic and a purge trigger; exact ordering is not needed. */
-    if (add) atomic_fetch_add_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
-    else atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
+    if (add)
+        atomic_fetch_add_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
 }
 
 static struct segment *segment_create(void) {
@@ -57,8 +61,10 @@ static struct segment *segment_create(void) {
 
 static void segment_destroy(struct segment *segment) {
     spin_lock(&g_registry_lock);
-    if (segment->all_prev) segment->all_prev->all_next = segment->all_next;
-    else g_registry = segment->all_next;
+    if (segment->all_prev)
+        segment->all_prev->all_next = segment->all_next;
+    else
+        g_registry = segment->all_next;
     if (segment->all_next) segment->all_next->all_prev = segment->all_prev;
     spin_unlock(&g_registry_lock);
     segment_map_set(segment, false);
@@ -75,8 +81,10 @@ static void list_push(struct segment **list, struct segment *segment) {
 }
 
 static void list_remove(struct segment **list, struct segment *segment) {
-    if (segment->prev) segment->prev->next = segment->next;
-    else *list = segment->next;
+    if (segment->prev)
+        segment->prev->next = segment->next;
+    else
+        *list = segment->next;
     if (segment->next) segment->next->prev = segment->prev;
     segment->next = segment->prev = NULL;
 }
@@ -113,7 +121,8 @@ struct segment *segment_acquire(struct heap *heap, bool allow_adopt) {
  * start on a dirty slice (reusing resident memory saves page faults). */
 static int find_free_run(uint64_t free_mask, uint64_t dirty, unsigned count) {
     uint64_t starts = free_mask;
-    for (unsigned i = 1; i < count && starts; i++) starts &= free_mask >> i;
+    for (unsigned i = 1; i < count && starts; i++)
+        starts &= free_mask >> i;
     if (starts == 0) return -1;
     uint64_t warm = starts & dirty;
     return __builtin_ctzll(warm ? warm : starts);
@@ -139,7 +148,8 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     retained_add(was_dirty, false);
 
     struct page *page = &segment->pages[first];
-    for (unsigned i = 1; i < count; i++) page[i].slice_offset = (uint8_t)i;
+    for (unsigned i = 1; i < count; i++)
+        page[i].slice_offset = (uint8_t)i;
     page->slice_count = (uint8_t)count;
     page->is_zero = was_dirty == 0;
     segment->used_pages++;
@@ -196,8 +206,10 @@ void segment_page_free(struct heap *heap, struct page *page) {
 
 /* An owned segment with no page in use goes to the cache (or the kernel). */
 void segment_release_empty(struct heap *heap, struct segment *segment) {
-    if (segment->in_full_list) list_remove(&heap->segments_full, segment);
-    else list_remove(&heap->segments_avail, segment);
+    if (segment->in_full_list)
+        list_remove(&heap->segments_full, segment);
+    else
+        list_remove(&heap->segments_avail, segment);
     segment->heap = NULL;
     /* relaxed: see segment_take_ownership. */
     atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
@@ -277,7 +289,8 @@ size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms)
         uint64_t rest = ~(m >> first);
         unsigned count = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
         uint64_t mask = run_mask(first, count);
-        if (os_release((char *)segment + ((size_t)first << SLICE_SHIFT), (size_t)count << SLICE_SHIFT)) {
+        if (os_release((char *)segment + ((size_t)first << SLICE_SHIFT),
+                       (size_t)count << SLICE_SHIFT)) {
             done |= mask;
             released += (size_t)count << SLICE_SHIFT;
         }

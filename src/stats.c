@@ -35,10 +35,10 @@ API uint64_t tidemalloc_release_syscalls(void) {
 
 /* Per-owner sums over the segment registry (owner 0: abandoned or cached). */
 struct usage {
-    uint64_t system;   /* bytes of segments */
-    uint64_t in_use;   /* bytes in blocks handed out */
-    uint64_t free;     /* free bytes kept: free blocks and free slices */
-    uint64_t releasable; /* free resident slices */
+    uint64_t system;      /* bytes of segments */
+    uint64_t in_use;      /* bytes in blocks handed out */
+    uint64_t free;        /* free bytes kept: free blocks and free slices */
+    uint64_t releasable;  /* free resident slices */
     uint64_t blocks_free; /* free block count inside pages */
 };
 
@@ -115,9 +115,11 @@ static void out_padded(struct out_buffer *out, const char *label, uint64_t value
         value /= 10;
     } while (value);
     out_string(out, label);
-    for (int i = n; i < 10; i++) out_string(out, " ");
+    for (int i = n; i < 10; i++)
+        out_string(out, " ");
     char text[24];
-    for (int i = 0; i < n; i++) text[i] = digits[n - 1 - i];
+    for (int i = 0; i < n; i++)
+        text[i] = digits[n - 1 - i];
     text[n] = '\0';
     out_string(out, text);
     out_string(out, "\n");
@@ -127,7 +129,8 @@ static void out_padded(struct out_buffer *out, const char *label, uint64_t value
 static unsigned heap_ids(uint64_t *ids, unsigned max) {
     unsigned n = 0;
     spin_lock(&g_heaps_lock);
-    for (struct heap *h = g_heaps; h && n < max; h = h->next_heap) ids[n++] = h->id;
+    for (struct heap *h = g_heaps; h && n < max; h = h->next_heap)
+        ids[n++] = h->id;
     spin_unlock(&g_heaps_lock);
     return n;
 }
@@ -179,7 +182,8 @@ API int TM_NAME(malloc_info)(int options, FILE *fp) {
         usage_total(&u, i < n ? ids[i] : 0, false);
         xml_line(fp, "<heap nr=\"%llu\">\n<sizes>\n</sizes>\n", i, 0);
         xml_line(fp, "<total type=\"fast\" count=\"%llu\" size=\"%llu\"/>\n", 0, 0);
-        xml_line(fp, "<total type=\"rest\" count=\"%llu\" size=\"%llu\"/>\n", u.blocks_free, u.free);
+        xml_line(fp, "<total type=\"rest\" count=\"%llu\" size=\"%llu\"/>\n", u.blocks_free,
+                 u.free);
         xml_line(fp, "<system type=\"current\" size=\"%llu\"/>\n", u.system, 0);
         xml_line(fp, "<system type=\"max\" size=\"%llu\"/>\n", u.system, 0);
         xml_line(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", u.system, 0);
@@ -228,7 +232,8 @@ void stats_print_at_exit(void) {
                 char *line = strstr(buffer, "VmHWM:");
                 if (line)
                     for (line += 6; *line && *line != '\n'; line++)
-                        if (*line >= '0' && *line <= '9') peak_kib = peak_kib * 10 + (uint64_t)(*line - '0');
+                        if (*line >= '0' && *line <= '9')
+                            peak_kib = peak_kib * 10 + (uint64_t)(*line - '0');
             }
         }
     }
@@ -259,7 +264,8 @@ void stats_print_at_exit(void) {
     uint64_t pages[SMALL_CLASS_COUNT] = {0};
     spin_lock(&g_heaps_lock);
     for (struct heap *h = g_heaps; h; h = h->next_heap)
-        for (unsigned c = 0; c < SMALL_CLASS_COUNT; c++) pages[c] += h->pages_allocated[c];
+        for (unsigned c = 0; c < SMALL_CLASS_COUNT; c++)
+            pages[c] += h->pages_allocated[c];
     spin_unlock(&g_heaps_lock);
     out_string(&out, "tidemalloc: pages per class (size:pages)");
     for (unsigned c = 1; c < SMALL_CLASS_COUNT; c++) {

@@ -25,11 +25,11 @@
 #define SLICES_PER_SEGMENT (SEGMENT_SIZE / SLICE_SIZE) /* 64: one uint64_t bitmap */
 #define OS_PAGE_SIZE       4096
 
-#define SMALL_CLASS_COUNT 49                 /* classes 0..48, 16 B .. 128 KiB */
+#define SMALL_CLASS_COUNT 49                  /* classes 0..48, 16 B .. 128 KiB */
 #define SMALL_MAX         ((size_t)128 << 10) /* largest size served from a class */
-#define LARGE_CLASS       SMALL_CLASS_COUNT  /* class_index of a one-block page */
-#define LARGE_MAX         ((size_t)2 << 20)  /* largest block served from slices */
-#define PAGE_MAX_SLICES   8                  /* a class page spans at most 512 KiB */
+#define LARGE_CLASS       SMALL_CLASS_COUNT   /* class_index of a one-block page */
+#define LARGE_MAX         ((size_t)2 << 20)   /* largest block served from slices */
+#define PAGE_MAX_SLICES   8                   /* a class page spans at most 512 KiB */
 
 #define ALIGNMENT 16 /* every block is at least 16-byte aligned, like glibc */
 
@@ -47,21 +47,21 @@ struct block {
  * each carved block is exactly one of: handed out, on `free`, on
  * `thread_free`. area_size == 0 iff the descriptor is not an in-use page. */
 struct page {
-    struct block *free;                 /* owner only: local free list */
+    struct block *free;                  /* owner only: local free list */
     _Atomic(struct block *) thread_free; /* blocks freed by other threads (push only) */
-    struct page *next;                  /* owner only: circular class queue */
-    struct page *prev;                  /* owner only: circular class queue */
-    uint64_t block_size_inverse;        /* floor(2^40 / block_size) + 1: exact division */
-    uint32_t block_size;                /* bytes per block (constant while in use) */
-    uint32_t area_size;                 /* reserved * block_size; 0 when not in use */
-    uint16_t used;                      /* owner only: blocks out, minus those collected */
-    uint16_t capacity;                  /* owner only: blocks carved into lists so far */
-    uint16_t reserved;                  /* blocks that fit in the page (constant while in use) */
-    uint8_t class_index;                /* size class, or LARGE_CLASS */
-    uint8_t slice_count;                /* slices in this page (first slice only) */
-    uint8_t slice_offset;               /* this slice's distance to its page's first slice */
-    uint8_t is_zero;                    /* page memory came fresh from the kernel */
-    uint8_t unused[6];                  /* pads the descriptor to 64 bytes: indexing is a shift */
+    struct page *next;                   /* owner only: circular class queue */
+    struct page *prev;                   /* owner only: circular class queue */
+    uint64_t block_size_inverse;         /* floor(2^40 / block_size) + 1: exact division */
+    uint32_t block_size;                 /* bytes per block (constant while in use) */
+    uint32_t area_size;                  /* reserved * block_size; 0 when not in use */
+    uint16_t used;                       /* owner only: blocks out, minus those collected */
+    uint16_t capacity;                   /* owner only: blocks carved into lists so far */
+    uint16_t reserved;                   /* blocks that fit in the page (constant while in use) */
+    uint8_t class_index;                 /* size class, or LARGE_CLASS */
+    uint8_t slice_count;                 /* slices in this page (first slice only) */
+    uint8_t slice_offset;                /* this slice's distance to its page's first slice */
+    uint8_t is_zero;                     /* page memory came fresh from the kernel */
+    uint8_t unused[6];                   /* pads the descriptor to 64 bytes: indexing is a shift */
 };
 
 /* The header of a segment, at its start. Protected as stated per field.
@@ -69,21 +69,21 @@ struct page {
  * free_slices & ~dirty_slices are slices known to read as zero; a set bit in
  * free_slices means pages[i].area_size == 0 and pages[i].slice_offset == 0. */
 struct segment {
-    _Atomic uint64_t owner_id;   /* heap id of the owner; 0 when abandoned */
-    struct heap *heap;           /* owning heap; meaningful to the owner only */
-    struct segment *next;        /* owner's avail/full list, or abandoned/cache list */
-    struct segment *prev;        /* ditto (doubly linked for O(1) unlink) */
-    struct segment *all_next;    /* registry of all segments (registry lock) */
-    struct segment *all_prev;    /* registry of all segments (registry lock) */
-    struct spin_lock lock;       /* guards the slice bitmaps and freed_at stamps */
-    uint32_t used_pages;         /* owner only: pages in use */
-    uint64_t free_slices;        /* lock: bit i = slice i belongs to no page */
-    uint64_t dirty_slices;       /* lock: bit i = slice i may hold non-zero, resident data */
-    uint64_t purging_slices;     /* lock: slices a purger took out to release */
-    uint8_t in_full_list;        /* owner only: on heap's full list (no free slice) */
-    uint8_t abandoned;           /* abandoned list lock: on the abandoned list */
+    _Atomic uint64_t owner_id; /* heap id of the owner; 0 when abandoned */
+    struct heap *heap;         /* owning heap; meaningful to the owner only */
+    struct segment *next;      /* owner's avail/full list, or abandoned/cache list */
+    struct segment *prev;      /* ditto (doubly linked for O(1) unlink) */
+    struct segment *all_next;  /* registry of all segments (registry lock) */
+    struct segment *all_prev;  /* registry of all segments (registry lock) */
+    struct spin_lock lock;     /* guards the slice bitmaps and freed_at stamps */
+    uint32_t used_pages;       /* owner only: pages in use */
+    uint64_t free_slices;      /* lock: bit i = slice i belongs to no page */
+    uint64_t dirty_slices;     /* lock: bit i = slice i may hold non-zero, resident data */
+    uint64_t purging_slices;   /* lock: slices a purger took out to release */
+    uint8_t in_full_list;      /* owner only: on heap's full list (no free slice) */
+    uint8_t abandoned;         /* abandoned list lock: on the abandoned list */
     uint32_t slice_freed_ms[SLICES_PER_SEGMENT]; /* lock: when each free slice was freed */
-    struct page pages[SLICES_PER_SEGMENT]; /* one descriptor per slice */
+    struct page pages[SLICES_PER_SEGMENT];       /* one descriptor per slice */
 };
 
 /* A thread's heap. Only its thread touches it, except `next_heap` (heaps
@@ -91,23 +91,23 @@ struct segment {
  * lead to an always-empty page, so the fast path needs no init test. */
 struct heap {
     struct page *pages_direct[SMALL_CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
-    uint64_t id;                         /* unique, never reused; UINT64_MAX for g_empty_heap */
-    struct segment *segments_avail;      /* owned segments with at least one free slice */
-    struct segment *segments_full;       /* owned segments without a free slice */
-    struct page *large_pages;            /* circular list of one-block pages, or NULL */
-    struct heap *next_heap;              /* global list of live heaps (heaps lock) */
-    struct heap *prev_heap;              /* ditto */
-    uint64_t large_allocs;               /* statistics: large pages handed out */
+    uint64_t id;                    /* unique, never reused; UINT64_MAX for g_empty_heap */
+    struct segment *segments_avail; /* owned segments with at least one free slice */
+    struct segment *segments_full;  /* owned segments without a free slice */
+    struct page *large_pages;       /* circular list of one-block pages, or NULL */
+    struct heap *next_heap;         /* global list of live heaps (heaps lock) */
+    struct heap *prev_heap;         /* ditto */
+    uint64_t large_allocs;          /* statistics: large pages handed out */
     uint64_t pages_allocated[SMALL_CLASS_COUNT]; /* statistics: class pages set up */
-    uint32_t collect_countdown;          /* slow-path calls until the next full collect */
-    struct spin_lock cache_lock;         /* guards the page cache (owner, purgers) */
-    uint32_t page_cache_count;           /* cache lock: entries in page_cache */
+    uint32_t collect_countdown;                  /* slow-path calls until the next full collect */
+    struct spin_lock cache_lock;                 /* guards the page cache (owner, purgers) */
+    uint32_t page_cache_count;                   /* cache lock: entries in page_cache */
     struct cached_page {
-        struct page *page;               /* an empty page, still owned by this heap */
-        uint32_t freed_ms;               /* when it became empty (purge delay) */
-        uint8_t clean;                   /* a purger released its memory: reads as zero */
-    } page_cache[8];                     /* cache lock: recently emptied pages, oldest first */
-    uint8_t exiting;                     /* thread-exit destructor has run once */
+        struct page *page; /* an empty page, still owned by this heap */
+        uint32_t freed_ms; /* when it became empty (purge delay) */
+        uint8_t clean;     /* a purger released its memory: reads as zero */
+    } page_cache[8];       /* cache lock: recently emptied pages, oldest first */
+    uint8_t exiting;       /* thread-exit destructor has run once */
 };
 
 _Static_assert(sizeof(struct page) == 64, "page descriptors index with a shift");

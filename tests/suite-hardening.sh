@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Hardening tests (issue 6 items 3-6), built by `make hardening` from
+# tests/hardening/:
+#   oom-*       RLIMIT_AS of 200 MiB: every allocation function returns NULL
+#               with ENOMEM, nothing aborts, memory is usable again once freed
+#   fuzz        libFuzzer harness on the prefixed library, fixed seed and runs
+#   soak        30 s multithreaded stress with a fork, contents checked, RSS plateau
+#   tsan-*      multithreaded test of the prefixed library under ThreadSanitizer
+#   ubsan-*     the same under UBSan
+# The oom and soak programs run with $TIDEMALLOC_LIB in LD_PRELOAD; the others
+# link the library's objects. Longer runs: make fuzz, make soak, make sanitize.
+#   HARDENING_FUZZ_RUNS  libFuzzer -runs (default 15000)
+#   HARDENING_SOAK_TIME  soak seconds (default 30)
+#   HARDENING_SAN_OPS    operations per thread in tsan/ubsan tests (default 20000)
+# Prints PASS/FAIL/SKIP lines; always exits 0.
+set -u
+root=${TIDEMALLOC_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$root" || exit 0
+lib=${TIDEMALLOC_LIB:-$root/build/libtidemalloc.so}
+bdir=$root/build/hardening
+fuzz_runs=${HARDENING_FUZZ_RUNS:-15000}
+soak_time=${HARDENING_SOAK_TIME:-30}
+san_ops=${HARDENING_SAN_OPS:-20000}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+
+# First lines that explain a failure, on one line.
+why() { grep -m3 -E "${2:-oom:|soak:|mt_sanitize:|fuzz_alloc:|SUMMARY|ERROR|WARNING|runtime error|invalid|corrupt|detected|Assertion}" "$1" | tr '\n' ' ' | cut -c1-400; }
+
+# run NAME TIMEOUT CMD...: PASS on exit 0, else FAIL with the reason.
+run() {
+  local name=$1 tmo=$2
+  shift 2
+  (timeout -k 5 "$tmo" "$@" >"$log" 2>&1 </dev/null) 2>/dev/null
+  local rc=$?
+  if [ $rc -eq 0 ]; then
+    echo "PASS $name"
+  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+    echo "FAIL $name timed out after ${tmo}s $(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)"
+  elif [ $rc -gt 128 ]; then
+    echo "FAIL $name killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null)) $(why "$log") $(tail -1 "$log" | cut -c1-200)"
+  else
+    echo "FAIL $name exit $rc: $(why "$log")"
+  fi
+}
+
+# ---- programs run with the library preloaded ----
+if ! out=$(make -s hardening-native 2>&1); then
+  echo "FAIL hardening-build make hardening-native: $(echo "$out" | grep -m1 -E 'error|Error' || echo "$out" | tail -1)"
+elif [ ! -e "$lib" ]; then
+  for t in oom-st oom-mt oom-huge-table soak; do echo "SKIP $t library $lib not built"; done
+else
+  run oom-st 240 env LD_PRELOAD="$lib" "$bdir/oom" st
+  run oom-mt 240 env LD_PRELOAD="$lib" "$bdir/oom" mt
+  run oom-huge-table 120 env LD_PRELOAD="$lib" "$bdir/oom" table
+  run soak $((soak_time + 120)) env LD_PRELOAD="$lib" "$bdir/soak" "$soak_time" 4
+fi
+
+# ---- programs linking the prefixed library (clang) ----
+clang_bin=${HARD_CLANG:-clang}
+if ! command -v "$clang_bin" >/dev/null 2>&1; then
+  for t in fuzz tsan-core tsan-stats ubsan-core ubsan-stats; do echo "SKIP $t clang not installed"; done
+  exit 0
+fi
+if ! out=$(make -s hardening-clang 2>&1); then
+  echo "FAIL hardening-clang-build make hardening-clang: $(echo "$out" | grep -m1 -E 'error|Error' || echo "$out" | tail -1)"
+  exit 0
+fi
+
+# TSan of clang 14 cannot map its shadow with a large mmap randomisation;
+# then run it without address randomisation.
+norand=()
+if TSAN_OPTIONS=exitcode=66 "$bdir/mt_tsan" core 1 2>&1 | grep -q 'unexpected memory mapping'; then
+  norand=(setarch "$(uname -m)" -R)
+fi
+
+fuzz_dir=$(mktemp -d)
+run fuzz 300 env ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 "$bdir/fuzz_alloc" \
+  -seed=1 -runs="$fuzz_runs" -max_len=4096 -rss_limit_mb=3072 -timeout=60 \
+  -artifact_prefix="$fuzz_dir/" "$fuzz_dir"
+rm -rf "$fuzz_dir"
+
+for mode in core stats; do
+  run "tsan-$mode" 300 env TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 \
+    "${norand[@]}" "$bdir/mt_tsan" "$mode" "$san_ops"
+done
+for mode in core stats; do
+  run "ubsan-$mode" 300 env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    "$bdir/mt_ubsan" "$mode" "$san_ops"
+done
+exit 0
