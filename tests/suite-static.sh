@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Checks on the built library itself: formatting, the exported symbols, and
+# that the thread-local fast paths contain no locked instruction.
+set -u
+cd "${TIDEMALLOC_ROOT:-$(dirname "$0")/..}"
+so=build/libtidemalloc.so.0.1.0
+
+if command -v clang-format >/dev/null 2>&1; then
+  if out=$(clang-format --dry-run --Werror src/*.c src/*.h include/*.h 2>&1); then
+    echo "PASS static/clang-format"
+  else
+    echo "FAIL static/clang-format $(echo "$out" | head -1)"
+  fi
+else
+  echo "SKIP static/clang-format clang-format not installed"
+fi
+
+# Only the API is exported (everything else is -fvisibility=hidden).
+expected="__libc_calloc __libc_free __libc_malloc __libc_memalign __libc_pvalloc __libc_realloc
+__libc_valloc aligned_alloc calloc cfree free free_aligned_sized free_sized mallinfo mallinfo2
+malloc malloc_info malloc_stats malloc_trim malloc_usable_size mallopt memalign posix_memalign
+pvalloc realloc reallocarray tidemalloc_release_syscalls tidemalloc_stats valloc"
+actual=$(nm -D --defined-only "$so" | awk '$2 ~ /[TWiD]/ {print $3}' | sed 's/@.*//' | sort -u | tr '\n' ' ')
+want=$(echo $expected | tr ' ' '\n' | sort -u | tr '\n' ' ')
+if [ "$actual" = "$want" ]; then
+  echo "PASS static/exports"
+else
+  echo "FAIL static/exports got: $actual"
+fi
+
+# The local malloc and free paths: no lock prefix, no xchg/cmpxchg (both
+# lock the bus), no call into another function on the way to the push/pop.
+fast_path_has_lock() {
+  objdump -d --no-show-raw-insn "$so" | awk -v fn="<$1>:" '
+    $2 == fn { inside = 1; next }
+    inside && /^$/ { exit }
+    inside { print }' | grep -E '\block\b|xchg|cmpxchg' || true
+}
+for fn in malloc free_inline; do
+  body=$(objdump -d --no-show-raw-insn "$so" | awk -v fn="<$fn>:" '$2 == fn {print "found"; exit}')
+  if [ -z "$body" ]; then
+    # malloc may be emitted under its alias name
+    [ "$fn" = malloc ] && fn=__libc_malloc
+  fi
+  found=$(fast_path_has_lock "$fn")
+  lines=$(objdump -d --no-show-raw-insn "$so" | awk -v fn="<$fn>:" '$2 == fn {i=1; next} i && /^$/ {exit} i {n++} END {print n+0}')
+  if [ "$lines" -eq 0 ]; then
+    echo "FAIL static/no-lock-$fn function not found in $so"
+  elif [ -n "$found" ]; then
+    echo "FAIL static/no-lock-$fn locked instruction: $found"
+  else
+    echo "PASS static/no-lock-$fn ($lines instructions, none locked)"
+  fi
+done
+exit 0
