@@ -14,7 +14,7 @@ LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
 LIB_SO   := $(BUILD)/libtidemalloc.so
 LIB_A    := $(BUILD)/libtidemalloc.a
 
-.PHONY: all lib test bench bench-quick clean format format-check
+.PHONY: all lib lib-nochecks test bench bench-quick clean format format-check
 all: lib
 lib: $(LIB_SO) $(LIB_A)
 
@@ -28,6 +28,10 @@ $(LIB_SO): $(LIB_OBJS) src/exports.map
 	$(CC) $(LIB_OBJS) $(LDFLAGS_LIB) -o $@.$(VERSION)
 	ln -sf libtidemalloc.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf libtidemalloc.so.$(VERSION) $@
+
+# The library without the default checks, only to measure their cost.
+lib-nochecks:
+	$(MAKE) BUILD=$(BUILD)/nochecks EXTRA_CFLAGS=-DTIDEMALLOC_NO_CHECKS $(BUILD)/nochecks/libtidemalloc.so
 
 $(LIB_A): $(LIB_OBJS)
 	rm -f $@ && ar rcs $@ $(LIB_OBJS)

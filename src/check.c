@@ -81,7 +81,7 @@ void checked_before_free(struct page *page, struct block *b) {
 }
 
 void checked_before_reuse(struct page *page, struct block *b) {
-    if (b->free_key != g_free_key) return; /* freshly carved, never freed */
+    if (b->free_key != free_key_of(page)) return; /* freshly carved, never freed */
     const unsigned char *p = (const unsigned char *)b;
     for (size_t i = LINK_WORDS; i < page->block_size; i++)
         if (p[i] != FREE_FILL) fatal_error("malloc(): write after free detected");

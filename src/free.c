@@ -20,6 +20,7 @@ static inline struct page *page_of_block(void *p, const char *message) {
     slice -= segment->pages[slice].slice_offset;
     struct page *page = &segment->pages[slice];
     uintptr_t offset = (uintptr_t)p - ((uintptr_t)segment + (slice << SLICE_SHIFT));
+    if (!CHECKS_ON) return page;
     if (unlikely(offset >= page->area_size)) report_invalid_pointer(message);
     /* offset is a multiple of the block size iff the low 40 bits of
      * offset * ceil(2^40 / size) stay below that reciprocal (offset < 2^20). */
@@ -31,7 +32,7 @@ static inline struct page *page_of_block(void *p, const char *message) {
 
 static inline void free_local(struct heap *heap, struct page *page, struct block *b) {
     block_link_set(b, page->free);
-    b->free_key = g_free_key;
+    b->free_key = free_key_of(page);
     page->free = b;
     /* the only page of its class stays: a malloc/free loop must not thrash */
     if (unlikely(--page->used == 0) &&
@@ -40,7 +41,8 @@ static inline void free_local(struct heap *heap, struct page *page, struct block
 }
 
 static NOINLINE void free_remote(struct page *page, struct block *b) {
-    if (unlikely(b->free_key == g_free_key)) fatal_error("free(): double free detected");
+    if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
+        fatal_error("free(): double free detected");
     if (unlikely(g_options.free_slow)) {
         struct heap *heap = t_heap;
         if (g_options.checked) checked_before_free(page, b);
@@ -52,7 +54,7 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
             return;
         }
     }
-    b->free_key = g_free_key;
+    b->free_key = free_key_of(page);
     /* relaxed load: the CAS below re-reads and validates it. */
     struct block *head = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     do {
@@ -88,7 +90,7 @@ static inline void free_inline(void *p) {
     /* relaxed: equal only if this thread owns the segment, and then this
      * thread wrote the value itself; any other value takes the remote path. */
     if (likely(atomic_load_explicit(&segment->owner_id, memory_order_relaxed) == heap->id)) {
-        if (unlikely(b->free_key == g_free_key))
+        if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
             free_local_checked(heap, page, b);
         else
             free_local(heap, page, b);

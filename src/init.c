@@ -3,13 +3,10 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <string.h>
-#include <sys/auxv.h>
 #include <time.h>
 
 #include "internal.h"
 
-uintptr_t g_free_key;
-uintptr_t g_link_key;
 _Atomic int g_initialized; /* 0: not yet, 1: in progress, 2: done */
 
 uint32_t clock_ms(void) {
@@ -18,26 +15,12 @@ uint32_t clock_ms(void) {
     return (uint32_t)((uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u);
 }
 
-static void keys_init(void) {
-    /* The kernel's 16 random bytes for this process (never allocates). */
-    const unsigned char *random = (const unsigned char *)getauxval(AT_RANDOM);
-    uint64_t a = 0x9E3779B97F4A7C15ull, b = 0xC2B2AE3D27D4EB4Full;
-    if (random) {
-        memcpy(&a, random, 8);
-        memcpy(&b, random + 8, 8);
-    }
-    b ^= (uint64_t)(uintptr_t)&keys_init; /* ASLR adds a little more */
-    g_free_key = (uintptr_t)(a | 1);
-    g_link_key = (uintptr_t)(b & ~(uint64_t)0xffff) | 0x5a5a; /* never 0 */
-}
-
 void allocator_init(void) {
     /* acquire: a thread that sees 2 sees the keys and options set before. */
     if (likely(atomic_load_explicit(&g_initialized, memory_order_acquire) == 2)) return;
     int expected = 0;
     if (atomic_compare_exchange_strong_explicit(&g_initialized, &expected, 1, memory_order_acquire,
                                                 memory_order_acquire)) {
-        keys_init();
         options_init_from_environment();
         atomic_store_explicit(&g_initialized, 2, memory_order_release);
         return;

@@ -51,8 +51,12 @@ void options_init_from_environment(void) INTERNAL;
 void options_note_huge_free(size_t size) INTERNAL;
 
 /* ---- init.c ---- */
-extern uintptr_t g_free_key INTERNAL; /* marks a free block (double-free test) */
-extern uintptr_t g_link_key INTERNAL; /* mixed into every encoded free link */
+/* A free block's second word holds its page descriptor's address: a value a
+ * program never sees, so finding it in a block being freed means a double
+ * free (verified on the owner's path). It needs no global load. */
+static inline uintptr_t free_key_of(const struct page *page) {
+    return (uintptr_t)page;
+}
 extern _Atomic int g_initialized INTERNAL;
 void allocator_init(void) INTERNAL; /* idempotent, thread-safe */
 uint32_t clock_ms(void) INTERNAL;   /* monotonic milliseconds */
@@ -138,15 +142,29 @@ bool page_extend(struct page *page) INTERNAL;             /* carve more blocks; 
 uint32_t page_collect_remote(struct page *page) INTERNAL; /* returns blocks collected */
 NORETURN void report_corrupt_free_list(void) INTERNAL;
 
+/* TIDEMALLOC_NO_CHECKS builds the library without the default checks (link
+ * encoding, link and pointer validation, double-free key): only to measure
+ * what they cost (docs/security.md). CHECKS_ON is 0 there, 1 otherwise. */
+#ifdef TIDEMALLOC_NO_CHECKS
+#define CHECKS_ON 0
+#else
+#define CHECKS_ON 1
+#endif
+
 static inline struct block *block_link_decode(const struct block *b) {
-    return (struct block *)(b->next_encoded ^ ((uintptr_t)b >> 12) ^ g_link_key);
+    if (!CHECKS_ON) return (struct block *)b->next_encoded;
+    return (struct block *)(b->next_encoded ^ ((uintptr_t)b >> 12));
 }
 static inline void block_link_set(struct block *b, struct block *next) {
-    b->next_encoded = (uintptr_t)next ^ ((uintptr_t)b >> 12) ^ g_link_key;
+    if (!CHECKS_ON)
+        b->next_encoded = (uintptr_t)next;
+    else
+        b->next_encoded = (uintptr_t)next ^ ((uintptr_t)b >> 12);
 }
 /* A decoded link must stay in its segment: a wild write is caught here. */
 static inline void block_link_check(const struct block *b, const struct block *next) {
-    if (unlikely((((uintptr_t)next ^ (uintptr_t)b) >> SEGMENT_SHIFT) != 0 && next != NULL))
+    if (CHECKS_ON &&
+        unlikely((((uintptr_t)next ^ (uintptr_t)b) >> SEGMENT_SHIFT) != 0 && next != NULL))
         report_corrupt_free_list();
 }
 

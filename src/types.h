@@ -33,11 +33,11 @@
 
 #define ALIGNMENT 16 /* every block is at least 16-byte aligned, like glibc */
 
-/* A free block. Links are encoded (safe-linking) with the slot's address and
- * a per-process key, so a stray write is caught when the link is used. */
+/* A free block. Links are encoded with the slot's address (glibc's
+ * safe-linking), and checked when used, so a stray write is caught. */
 struct block {
     uintptr_t next_encoded; /* encoded pointer to the next free block */
-    uintptr_t free_key;     /* g_free_key while free: cheap double-free test */
+    uintptr_t free_key;     /* free_key_of(page) while free: cheap double-free test */
 };
 
 /* A page: one run of slices. Descriptors live in the segment header, one per

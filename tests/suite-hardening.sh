@@ -31,7 +31,7 @@ why() { grep -m3 -E "${2:-oom:|soak:|mt_sanitize:|fuzz_alloc:|SUMMARY|ERROR|WARN
 run() {
   local name=$1 tmo=$2
   shift 2
-  (timeout -k 5 "$tmo" "$@" >"$log" 2>&1 </dev/null) 2>/dev/null
+  (timeout -k 5 "$tmo" "$@" >"$log" 2>&1 </dev/null; exit $?) 2>/dev/null
   local rc=$?
   if [ $rc -eq 0 ]; then
     echo "PASS $name"
