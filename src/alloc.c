@@ -10,11 +10,12 @@
 
 /* Largest size served from size classes: SMALL_MAX, or less when the user set
  * a lower mmap threshold (options.c keeps it in step). */
-size_t g_small_limit = SMALL_MAX;
+_Atomic size_t g_small_limit = SMALL_MAX;
 
 static inline void *malloc_inline(size_t size) {
     struct heap *heap = t_heap;
-    if (likely(size <= g_small_limit)) {
+    /* relaxed: a tunable; a stale value only routes one call another way. */
+    if (likely(size <= atomic_load_explicit(&g_small_limit, memory_order_relaxed))) {
         struct page *page = heap->pages_direct[size_class_of(size)];
         struct block *b = page->free;
         if (likely(b != NULL)) {
@@ -39,7 +40,7 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
         errno = ENOMEM;
         return NULL;
     }
-    if (total <= g_small_limit) {
+    if (total <= atomic_load_explicit(&g_small_limit, memory_order_relaxed)) {
         void *p = malloc_inline(total);
         if (p) memset(p, 0, total);
         return p;

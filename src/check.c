@@ -30,7 +30,7 @@ void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_
     void *p = NULL;
     size_t usable = 0;
     bool small = need <= SMALL_MAX && (alignment <= SLICE_SIZE) &&
-                 (g_options.secure || size < g_options.mmap_threshold);
+                 (g_options.secure || size < OPTION(mmap_threshold));
     if (small) {
         unsigned cls = size_class_of(need);
         while (alignment > ALIGNMENT && g_class_size[cls] % alignment != 0)
@@ -46,17 +46,17 @@ void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_
         if (g_options.secure)
             p = huge_alloc_guarded(size, alignment > 0 ? alignment : ALIGNMENT);
         else
-            p = huge_alloc(size, alignment, is_zero != NULL, size < g_options.mmap_threshold);
+            p = huge_alloc(size, alignment, is_zero != NULL, size < OPTION(mmap_threshold));
         if (p && is_zero) *is_zero = true; /* fresh mapping, or zeroed by huge_alloc */
-        if (p && !is_zero && g_options.perturb) memset(p, g_options.perturb ^ 0xff, size);
+        if (p && !is_zero && OPTION(perturb)) memset(p, OPTION(perturb) ^ 0xff, size);
         return p;
     }
     if (p == NULL) return NULL;
     if (is_zero) {
         memset(p, 0, size);
         *is_zero = true;
-    } else if (g_options.perturb) {
-        memset(p, g_options.perturb ^ 0xff, size);
+    } else if (OPTION(perturb)) {
+        memset(p, OPTION(perturb) ^ 0xff, size);
     }
     if (g_options.secure) secure_write_trailer(p, usable, size);
     return p;
@@ -76,8 +76,8 @@ void checked_before_free(struct page *page, struct block *b) {
     }
     if (g_options.secure)
         memset(p + LINK_WORDS, FREE_FILL, usable - LINK_WORDS);
-    else if (g_options.perturb)
-        memset(p, g_options.perturb, size);
+    else if (OPTION(perturb))
+        memset(p, OPTION(perturb), size);
 }
 
 void checked_before_reuse(struct page *page, struct block *b) {

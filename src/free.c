@@ -36,7 +36,7 @@ static inline void free_local(struct heap *heap, struct page *page, struct block
     page->free = b;
     /* the only page of its class stays: a malloc/free loop must not thrash */
     if (unlikely(--page->used == 0) &&
-        (page->next != page || page->slice_count > 1 || g_options.aggressive_madvise))
+        (page->next != page || page->slice_count > 1 || OPTION(aggressive_madvise)))
         heap_page_empty(heap, page);
 }
 
@@ -44,13 +44,13 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
     if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
         fatal_error("free(): double free detected");
     if (unlikely(g_options.free_slow)) {
-        struct heap *heap = t_heap;
         if (g_options.checked) checked_before_free(page, b);
-        if (g_options.aggressive_madvise) aggressive_release_block(page, b);
+        if (OPTION(aggressive_madvise)) aggressive_release_block(page, b);
         /* relaxed: as in free_inline */
-        if (atomic_load_explicit(&segment_of(b)->owner_id, memory_order_relaxed) ==
-            (heap->id | OWNER_CHECKED_BIT)) {
-            free_local(heap, page, b);
+        struct segment *segment = segment_of(b);
+        if (atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
+            (current_thread_id() | OWNER_CHECKED_BIT)) {
+            free_local(segment->heap, page, b);
             return;
         }
     }
@@ -86,10 +86,12 @@ static inline void free_inline(void *p) {
     struct page *page = page_of_block(p, "free(): invalid pointer");
     struct segment *segment = segment_of(p);
     struct block *b = p;
-    struct heap *heap = t_heap;
     /* relaxed: equal only if this thread owns the segment, and then this
-     * thread wrote the value itself; any other value takes the remote path. */
-    if (likely(atomic_load_explicit(&segment->owner_id, memory_order_relaxed) == heap->id)) {
+     * thread wrote the value itself; any other value takes the remote path.
+     * The owner may then read the segment's heap pointer. */
+    if (likely(atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
+               current_thread_id())) {
+        struct heap *heap = segment->heap;
         if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
             free_local_checked(heap, page, b);
         else

@@ -20,7 +20,6 @@ struct heap *g_heaps;                   /* live heaps (heaps lock) */
 static struct heap *heap_free_list;     /* recycled heap structures (heaps lock) */
 static char *heap_pool, *heap_pool_end; /* carving area for new ones (heaps lock) */
 _Atomic uint64_t g_heap_count;
-static _Atomic uint64_t next_heap_id = 1;
 static pthread_key_t heap_key;
 static _Atomic int heap_key_ready;
 
@@ -122,8 +121,7 @@ struct heap *heap_for_thread(void) {
     memset(heap, 0, sizeof *heap);
     for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++)
         heap->pages_direct[i] = &g_empty_page;
-    /* relaxed: ids only need to be unique. */
-    heap->id = atomic_fetch_add_explicit(&next_heap_id, 1, memory_order_relaxed);
+    heap->id = current_thread_id(); /* unique among live threads */
     heap->collect_countdown = COLLECT_INTERVAL;
     spin_lock(&g_heaps_lock);
     heap->next_heap = g_heaps;
@@ -316,7 +314,7 @@ static void page_cache_flush(struct heap *heap, bool everything) {
         spin_lock(&heap->cache_lock);
         if (heap->page_cache_count > 0 &&
             (everything ||
-             (uint32_t)(now - heap->page_cache[0].freed_ms) >= g_options.purge_delay_ms)) {
+             (uint32_t)(now - heap->page_cache[0].freed_ms) >= OPTION(purge_delay_ms))) {
             entry = heap->page_cache[0];
             for (unsigned i = 1; i < heap->page_cache_count; i++)
                 heap->page_cache[i - 1] = heap->page_cache[i];
@@ -422,11 +420,10 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
 }
 
 static bool wants_direct_map(size_t size) {
-    return size >= g_options.mmap_threshold &&
-           (g_options.mmap_max < 0 ||
+    return size >= OPTION(mmap_threshold) &&
+           (OPTION(mmap_max) < 0 ||
             /* relaxed: a limit check on a statistic, glibc is no stricter */
-            atomic_load_explicit(&g_huge_count, memory_order_relaxed) <
-                (uint64_t)g_options.mmap_max);
+            atomic_load_explicit(&g_huge_count, memory_order_relaxed) < (uint64_t)OPTION(mmap_max));
 }
 
 /* Every allocation that the inline fast path could not serve. */
@@ -513,13 +510,13 @@ void heap_page_empty(struct heap *heap, struct page *page) {
     if (page->class_index == LARGE_CLASS) {
         large_remove(heap, page);
     } else {
-        if (page->next == page && page->slice_count == 1 && !g_options.aggressive_madvise) {
+        if (page->next == page && page->slice_count == 1 && !OPTION(aggressive_madvise)) {
             errno = saved;
             return;
         }
         queue_remove(&heap->pages_direct[page->class_index], page, &g_empty_page);
     }
-    if (g_options.aggressive_madvise)
+    if (OPTION(aggressive_madvise))
         segment_page_free(heap, page);
     else
         page_cache_push(heap, page);

@@ -68,8 +68,18 @@ static bool table_grow(void) {
     return true;
 }
 
+static bool table_has_tombstone(void) {
+    for (size_t i = 0; i < table_capacity; i++)
+        if (table[i].user == 1) return true;
+    return false;
+}
+
 static bool table_insert(struct huge_entry entry) {
-    if ((table_used + 1) * 4 > table_capacity * 3 && !table_grow()) return false;
+    /* Growing keeps probes short; without memory for it, a free slot or a
+     * tombstone still takes the entry (realloc must not fail for metadata). */
+    if ((table_used + 1) * 4 > table_capacity * 3 && !table_grow() &&
+        (table_capacity == 0 || (table_used >= table_capacity && !table_has_tombstone())))
+        return false;
     size_t mask = table_capacity - 1;
     size_t i = hash_address(entry.user) & mask;
     while (table[i].user > 1)
@@ -116,6 +126,7 @@ static struct cached_mapping cache_take(size_t map_size) {
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
     if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
     if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
+    if (size == 0) size = 1; /* an aligned start must leave a usable byte */
     size_t map_size =
         (size + (alignment - OS_PAGE_SIZE) + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
     if (map_size == 0) map_size = OS_PAGE_SIZE; /* malloc(0) with an mmap threshold of 0 */
@@ -172,8 +183,8 @@ bool huge_free(void *p) {
     /* relaxed: a soft cap; a race lets the cache overshoot by one mapping */
     bool room = atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed) + entry.map_size <=
                 HUGE_CACHE_MAX_BYTES;
-    if (entry.retain && room && !g_options.aggressive_madvise &&
-        entry.map_size < g_options.mmap_threshold) {
+    if (entry.retain && room && !OPTION(aggressive_madvise) &&
+        entry.map_size < OPTION(mmap_threshold)) {
         for (int i = 0; i < CACHE_SLOTS && !cached; i++) {
             if (cache[i].base == 0) {
                 cache[i] = (struct cached_mapping){entry.base, entry.map_size, clock_ms()};
@@ -244,7 +255,7 @@ bool huge_cache_trim(bool everything, uint32_t now) {
         spin_lock(&g_huge_lock);
         struct cached_mapping c = cache[i];
         bool take =
-            c.base && (everything || (uint32_t)(now - c.freed_at_ms) >= g_options.purge_delay_ms);
+            c.base && (everything || (uint32_t)(now - c.freed_at_ms) >= OPTION(purge_delay_ms));
         if (take) cache[i].base = 0;
         spin_unlock(&g_huge_lock);
         if (!take) continue;

@@ -47,6 +47,11 @@ struct options {
     bool free_slow;          /* checked, or aggressive at startup: every free takes the slow path */
 };
 extern struct options g_options INTERNAL;
+/* Tunables that mallopt and the dynamic threshold change while other threads
+ * read them: relaxed atomic accesses (a reader acting on the previous value
+ * is as good as one that ran a moment earlier). */
+#define OPTION(field)            __atomic_load_n(&g_options.field, __ATOMIC_RELAXED)
+#define OPTION_SET(field, value) __atomic_store_n(&g_options.field, (value), __ATOMIC_RELAXED)
 void options_init_from_environment(void) INTERNAL;
 void options_note_huge_free(size_t size) INTERNAL;
 
@@ -166,6 +171,16 @@ static inline void block_link_check(const struct block *b, const struct block *n
     if (CHECKS_ON &&
         unlikely((((uintptr_t)next ^ (uintptr_t)b) >> SEGMENT_SHIFT) != 0 && next != NULL))
         report_corrupt_free_list();
+}
+
+/* The calling thread's identity: its thread pointer (%fs:0 holds the TCB's own
+ * address on x86-64), one load without a TLS lookup. A segment's owner_id is
+ * its owner's thread pointer; it is reset when the thread exits, so a later
+ * thread reusing the address never finds stale ownership. */
+static inline uint64_t current_thread_id(void) {
+    uint64_t id;
+    __asm__("mov %%fs:0, %0" : "=r"(id));
+    return id;
 }
 
 /* ---- heap.c ---- */

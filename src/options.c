@@ -32,29 +32,30 @@ struct options g_options = {
     .check_action = 0,
 };
 
-extern size_t g_small_limit INTERNAL;
+extern _Atomic size_t g_small_limit INTERNAL;
 static struct spin_lock options_lock = SPIN_LOCK_INIT;
 
 static void small_limit_update(void) {
     if (g_options.checked) {
-        g_small_limit = 0; /* every malloc takes the checked slow path */
+        atomic_store_explicit(&g_small_limit, 0,
+                              memory_order_relaxed); /* every malloc takes the checked slow path */
         return;
     }
-    size_t limit = g_options.mmap_max == 0 || g_options.mmap_threshold > SMALL_MAX ? SMALL_MAX
-                   : g_options.mmap_threshold == 0                                 ? 0
-                                                   : g_options.mmap_threshold - 1;
-    g_small_limit = limit;
+    size_t limit = OPTION(mmap_max) == 0 || OPTION(mmap_threshold) > SMALL_MAX ? SMALL_MAX
+                   : OPTION(mmap_threshold) == 0                               ? 0
+                                                 : OPTION(mmap_threshold) - 1;
+    atomic_store_explicit(&g_small_limit, limit, memory_order_relaxed);
 }
 
 /* glibc: freeing a mapped block raises the mmap threshold to its size (up to
  * 32 MiB) and the trim threshold to twice that, until the user sets one. */
 void options_note_huge_free(size_t size) {
-    if (!g_options.dynamic_threshold) return;
+    if (!OPTION(dynamic_threshold)) return;
     spin_lock(&options_lock);
-    if (g_options.dynamic_threshold && size > g_options.mmap_threshold &&
+    if (OPTION(dynamic_threshold) && size > OPTION(mmap_threshold) &&
         size <= DEFAULT_MMAP_THRESHOLD_MAX) {
-        g_options.mmap_threshold = size;
-        g_options.trim_threshold = 2 * size;
+        OPTION_SET(mmap_threshold, size);
+        OPTION_SET(trim_threshold, 2 * size);
         small_limit_update();
     }
     spin_unlock(&options_lock);
@@ -63,46 +64,46 @@ void options_note_huge_free(size_t size) {
 static int set_option(int param, long value) {
     switch (param) {
     case M_TRIM_THRESHOLD:
-        g_options.trim_threshold = (size_t)value;
-        g_options.dynamic_threshold = false;
+        OPTION_SET(trim_threshold, (size_t)value);
+        OPTION_SET(dynamic_threshold, false);
         return 1;
     case M_TOP_PAD:
-        g_options.top_pad = (size_t)value;
-        g_options.dynamic_threshold = false;
+        OPTION_SET(top_pad, (size_t)value);
+        OPTION_SET(dynamic_threshold, false);
         return 1;
     case M_MMAP_THRESHOLD:
         if ((unsigned long)value > DEFAULT_MMAP_THRESHOLD_MAX) return 0;
-        g_options.mmap_threshold = (size_t)value;
-        g_options.dynamic_threshold = false;
+        OPTION_SET(mmap_threshold, (size_t)value);
+        OPTION_SET(dynamic_threshold, false);
         small_limit_update();
         return 1;
     case M_MMAP_MAX:
-        g_options.mmap_max = (int)value;
-        g_options.dynamic_threshold = false;
+        OPTION_SET(mmap_max, (int)value);
+        OPTION_SET(dynamic_threshold, false);
         small_limit_update();
         return 1;
     case M_MXFAST: /* no fastbins here; glibc's range check is kept */
         return value >= 0 && value <= 160;
     case M_PERTURB:
-        g_options.perturb = (int)value & 0xff;
+        OPTION_SET(perturb, (int)value & 0xff);
         return 1;
     case M_CHECK_ACTION:
-        g_options.check_action = (int)value;
+        OPTION_SET(check_action, (int)value);
         return 1;
     case M_ARENA_TEST:
     case M_ARENA_MAX: /* one heap per thread, no arenas: accepted */
         return value > 0;
     case M_AGGRESSIVE_MADVISE:
         if (value != 0 && value != 1) return 0;
-        g_options.aggressive_madvise = value == 1;
+        OPTION_SET(aggressive_madvise, value == 1);
         return 1;
     case M_PURGE_DELAY_MS:
         if (value < 0 || value > 3600000) return 0;
-        g_options.purge_delay_ms = (uint32_t)value;
+        OPTION_SET(purge_delay_ms, (uint32_t)value);
         return 1;
     case M_BACKGROUND_PURGE:
         if (value != 0 && value != 1) return 0;
-        g_options.background_purge = value == 1;
+        OPTION_SET(background_purge, value == 1);
         return 1;
     default:
         return 1; /* glibc accepts unknown parameters */
@@ -226,8 +227,8 @@ void options_init_from_environment(void) {
         }
     }
     /* Checked mode is chosen once, before any segment has an owner. */
-    g_options.secure = g_options.secure || g_options.check_action == 3;
-    g_options.checked = g_options.secure || g_options.perturb != 0;
-    g_options.free_slow = g_options.checked || g_options.aggressive_madvise;
+    g_options.secure = g_options.secure || OPTION(check_action) == 3;
+    g_options.checked = g_options.secure || OPTION(perturb) != 0;
+    g_options.free_slow = g_options.checked || OPTION(aggressive_madvise);
     small_limit_update();
 }

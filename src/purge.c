@@ -30,8 +30,8 @@ static uint64_t retained_total(void) {
 }
 
 static uint64_t retain_limit(void) {
-    uint64_t limit = g_options.trim_threshold + g_options.top_pad;
-    return limit < g_options.trim_threshold ? UINT64_MAX : limit;
+    uint64_t limit = OPTION(trim_threshold) + OPTION(top_pad);
+    return limit < OPTION(trim_threshold) ? UINT64_MAX : limit;
 }
 
 /* Releases what has been free for min_age_ms (everything: also the cached
@@ -74,7 +74,7 @@ static int purger_main(void *unused) {
         while (atomic_exchange_explicit(&purger_request, 0, memory_order_acquire) == 0)
             raw_syscall6(SYS_futex, (long)&purger_request, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
         for (int idle = 0; idle < PURGER_IDLE_PASSES;) {
-            uint32_t delay = g_options.purge_delay_ms;
+            uint32_t delay = OPTION(purge_delay_ms);
             purger_sleep_ms(delay > 10 ? delay : 10);
             if (retained_total() <= retain_limit()) break;
             spin_lock(&g_purge_lock);
@@ -88,8 +88,15 @@ static int purger_main(void *unused) {
     return 0;
 }
 
+#ifdef TIDEMALLOC_PREFIX
+static void *purger_pthread(void *unused) {
+    purger_main(unused);
+    return NULL;
+}
+#endif
+
 static void purger_wake(void) {
-    if (!g_options.background_purge) return;
+    if (!OPTION(background_purge)) return;
     int state = atomic_load_explicit(&purger_state, memory_order_acquire);
     if (state == 0) {
         if (!atomic_compare_exchange_strong_explicit(&purger_state, &state, 1, memory_order_acq_rel,
@@ -102,10 +109,21 @@ static void purger_wake(void) {
             sigset_t all, old;
             sigfillset(&all);
             pthread_sigmask(SIG_SETMASK, &all, &old); /* the purger takes no signals */
+#ifdef TIDEMALLOC_PREFIX
+            /* sanitizer test builds: ThreadSanitizer only understands pthreads */
+            pthread_t thread;
+            pthread_attr_t attr;
+            pthread_attr_init(&attr);
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            g_purger_stack_low = 0;
+            ok = pthread_create(&thread, &attr, purger_pthread, NULL) == 0;
+            pthread_attr_destroy(&attr);
+#else
             ok = clone(purger_main, stack + PURGER_STACK_SIZE,
                        CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
                            CLONE_SYSVSEM,
                        NULL) > 0;
+#endif
             pthread_sigmask(SIG_SETMASK, &old, NULL);
         }
         atomic_store_explicit(&purger_state, ok ? 2 : 0, memory_order_release);
@@ -123,7 +141,7 @@ static void purger_wake(void) {
 void purge_after_free(void) {
     if (retained_total() <= retain_limit()) return;
     uint32_t now = clock_ms();
-    uint32_t delay = g_options.purge_delay_ms;
+    uint32_t delay = OPTION(purge_delay_ms);
     uint32_t interval = delay / 2 > 1 ? delay / 2 : 1;
     /* relaxed: rate limiting only; the purge lock serialises passes. */
     uint32_t last = atomic_load_explicit(&last_pass_ms, memory_order_relaxed);

