@@ -43,6 +43,7 @@ $(LIB_A): $(LIB_OBJS)
 -include tools/tools.mk
 -include tests/release/release.mk
 -include tests/hardening/hardening.mk
+-include tests/checks/checks.mk
 
 # Every suite prints PASS/FAIL/SKIP lines; tests/run.sh adds them up.
 test: lib

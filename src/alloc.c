@@ -42,7 +42,11 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
     }
     if (total <= atomic_load_explicit(&g_small_limit, memory_order_relaxed)) {
         void *p = malloc_inline(total);
-        if (p) memset(p, 0, total);
+        if (p == NULL) return NULL;
+        /* A page on memory fresh from the kernel, none of whose blocks was
+         * ever freed, holds zeros but for the free-list link we wrote. */
+        const struct page *page = page_of(segment_of(p), p);
+        memset(p, 0, page->is_zero && total > sizeof(struct block) ? sizeof(struct block) : total);
         return p;
     }
     bool is_zero = false;

@@ -34,6 +34,7 @@ static inline void free_local(struct heap *heap, struct page *page, struct block
     block_link_set(b, page->free);
     b->free_key = free_key_of(page);
     page->free = b;
+    page->is_zero = 0; /* a block with user data is on the list now (calloc) */
     /* the only page of its class stays: a malloc/free loop must not thrash */
     if (unlikely(--page->used == 0) &&
         (page->next != page || page->slice_count > 1 || OPTION(aggressive_madvise)))

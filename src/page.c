@@ -61,6 +61,7 @@ uint32_t page_collect_remote(struct page *page) {
     page->free = list;
     if (unlikely(count > page->used)) fatal_error("free(): double free detected (remote)");
     page->used -= count;
+    page->is_zero = 0; /* blocks with user data are on the list now (calloc) */
     return count;
 }
 

@@ -222,6 +222,22 @@ API int TM_NAME(malloc_info)(int options, FILE *fp) {
     return 0;
 }
 
+/* Blocks in use per class in one segment (a snapshot, as usage_of_segment). */
+__attribute__((no_sanitize("thread"))) static void live_blocks_by_class(struct segment *s,
+                                                                        uint64_t *live) {
+    for (unsigned i = 1; i < SLICES_PER_SEGMENT;) {
+        struct page *p = &s->pages[i];
+        uint32_t count = SNAPSHOT(p->slice_count);
+        if (SNAPSHOT(p->area_size) == 0 || count == 0) {
+            i++;
+            continue;
+        }
+        unsigned cls = SNAPSHOT(p->class_index);
+        if (cls <= SMALL_CLASS_COUNT) live[cls] += SNAPSHOT(p->used);
+        i += count;
+    }
+}
+
 /* TIDEMALLOC_STATS=1: a summary on stderr at exit, written without malloc. */
 void stats_print_at_exit(void) {
     extern int g_stats_fd INTERNAL;
@@ -272,20 +288,30 @@ void stats_print_at_exit(void) {
     out_string(&out, " bytes in ");
     out_unsigned(&out, s.purge_runs);
     out_string(&out, " purge passes\n");
-    /* pages set up per size class, summed over live heaps */
-    uint64_t pages[SMALL_CLASS_COUNT] = {0};
+    /* per class: pages set up over the heaps' lives (live heaps only) and
+     * blocks in use now (a snapshot of every segment) */
+    uint64_t pages[SMALL_CLASS_COUNT + 1] = {0}, live[SMALL_CLASS_COUNT + 1] = {0};
     spin_lock(&g_heaps_lock);
     for (struct heap *h = g_heaps; h; h = h->next_heap)
         for (unsigned c = 0; c < SMALL_CLASS_COUNT; c++)
             pages[c] += h->pages_allocated[c];
     spin_unlock(&g_heaps_lock);
-    out_string(&out, "tidemalloc: pages per class (size:pages)");
-    for (unsigned c = 1; c < SMALL_CLASS_COUNT; c++) {
-        if (pages[c] == 0) continue;
+    spin_lock(&g_registry_lock);
+    for (struct segment *seg = g_registry; seg; seg = seg->all_next)
+        live_blocks_by_class(seg, live);
+    spin_unlock(&g_registry_lock);
+    out_string(&out, "tidemalloc: per class (size:pages set up/blocks in use)");
+    for (unsigned c = 1; c <= SMALL_CLASS_COUNT; c++) {
+        if (pages[c] == 0 && live[c] == 0) continue;
         out_string(&out, " ");
-        out_unsigned(&out, g_class_size[c]);
+        if (c == SMALL_CLASS_COUNT)
+            out_string(&out, "large");
+        else
+            out_unsigned(&out, g_class_size[c]);
         out_string(&out, ":");
         out_unsigned(&out, pages[c]);
+        out_string(&out, "/");
+        out_unsigned(&out, live[c]);
     }
     out_string(&out, "\n");
     out_flush(&out);
