@@ -15,11 +15,8 @@ void report_invalid_pointer(const char *message) {
 /* The page of a pointer into our segments, after checking it is the start of
  * a block of an in-use page; NULL if the segment map does not know it. */
 static inline struct page *page_of_block(void *p, const char *message) {
-    struct segment *segment = segment_of(p);
-    uintptr_t slice = ((uintptr_t)p - (uintptr_t)segment) >> SLICE_SHIFT;
-    slice -= segment->pages[slice].slice_offset;
-    struct page *page = &segment->pages[slice];
-    uintptr_t offset = (uintptr_t)p - ((uintptr_t)segment + (slice << SLICE_SHIFT));
+    struct page *page = page_of(segment_of(p), p);
+    uintptr_t offset = (uintptr_t)p - page->start;
     if (!CHECKS_ON) return page;
     if (unlikely(offset >= page->area_size)) report_invalid_pointer(message);
     /* offset is a multiple of the block size iff the low 40 bits of

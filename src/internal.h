@@ -117,13 +117,11 @@ static inline struct segment *segment_of(const void *p) {
     return (struct segment *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);
 }
 static inline struct page *page_of(struct segment *segment, const void *p) {
-    struct page *slice = &segment->pages[((uintptr_t)p - (uintptr_t)segment) >> SLICE_SHIFT];
-    return slice - slice->slice_offset;
+    return segment->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)].first;
 }
 /* Block 0 of a page sits at the start of its first slice. */
 static inline uintptr_t page_start(const struct page *page) {
-    struct segment *segment = segment_of(page);
-    return (uintptr_t)segment + ((uintptr_t)(page - segment->pages) << SLICE_SHIFT);
+    return page->start;
 }
 struct segment *segment_acquire(struct heap *heap,
                                 bool allow_adopt) INTERNAL; /* new, cached or adopted */

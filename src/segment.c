@@ -51,6 +51,8 @@ static struct segment *segment_create(void) {
     /* Fresh mapping reads as zero: only the non-zero fields need setting. */
     segment->free_slices = ~(uint64_t)1; /* every slice but the header */
     segment->dirty_slices = 1;
+    for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++)
+        segment->pages[i].first = &segment->pages[i];
     spin_lock(&g_registry_lock);
     segment->all_next = g_registry;
     if (g_registry) g_registry->all_prev = segment;
@@ -150,8 +152,9 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     retained_add(was_dirty, false);
 
     struct page *page = &segment->pages[first];
-    for (unsigned i = 1; i < count; i++)
-        page[i].slice_offset = (uint8_t)i;
+    for (unsigned i = 0; i < count; i++)
+        page[i].first = page;
+    page->start = (uintptr_t)segment + ((uintptr_t)first << SLICE_SHIFT);
     page->slice_count = (uint8_t)count;
     page->is_zero = was_dirty == 0;
     segment->used_pages++;
@@ -184,7 +187,7 @@ void segment_page_free(struct heap *heap, struct page *page) {
     uint64_t mask = run_mask(first, count);
     uint32_t now = clock_ms();
     for (unsigned i = 0; i < count; i++) {
-        page[i].slice_offset = 0;
+        page[i].first = &page[i];
         page[i].area_size = 0;
         segment->slice_freed_ms[first + i] = now;
     }

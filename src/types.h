@@ -41,15 +41,16 @@ struct block {
 };
 
 /* A page: one run of slices. Descriptors live in the segment header, one per
- * slice; only the first slice's descriptor of a page is "the page", the
- * others just say how far back it is (slice_offset).
+ * slice; only the first slice's descriptor of a page is "the page", and
+ * every slice's `first` points to it (a free slice's to itself).
  * Invariants: used <= capacity <= reserved; blocks [0, capacity) were carved;
  * each carved block is exactly one of: handed out, on `free`, on
  * `thread_free`. area_size == 0 iff the descriptor is not an in-use page. */
 struct page {
     struct block *free;          /* owner only: local free list */
     struct page *next;           /* owner only: circular class queue */
-    struct page *prev;           /* owner only: circular class queue */
+    struct page *first;          /* every slice: its page's descriptor (itself when free) */
+    uintptr_t start;             /* address of block 0 (constant while in use) */
     uint64_t block_size_inverse; /* floor(2^40 / block_size) + 1: exact division */
     uint32_t block_size;         /* bytes per block (constant while in use) */
     uint32_t area_size;          /* reserved * block_size; 0 when not in use */
@@ -58,19 +59,20 @@ struct page {
     uint16_t reserved;           /* blocks that fit in the page (constant while in use) */
     uint8_t class_index;         /* size class, or LARGE_CLASS */
     uint8_t slice_count;         /* slices in this page (first slice only) */
-    uint8_t slice_offset;        /* this slice's distance to its page's first slice */
-    uint8_t is_zero;             /* page memory came fresh from the kernel */
-    uint8_t unused[14];          /* pads the owner's half to one cache line */
+    uint8_t is_zero;             /* fresh from the kernel and no block freed since: blocks read
+                                    as zero but for their link words (calloc skips the memset) */
+    uint8_t unused[7];           /* pads the owner's hot half to one cache line */
     /* Other threads push here: a cache line of its own, so their frees do not
      * contend with the owner's malloc on the line above (prodcons: -13%). */
     _Atomic(struct block *) thread_free __attribute__((aligned(64))); /* remote frees (push only) */
-    char padding[56]; /* the descriptor is 128 bytes: indexing is a shift */
+    struct page *prev; /* owner only: circular class queue (rarely used: queue removal) */
+    char padding[48];  /* the descriptor is 128 bytes: indexing is a shift */
 };
 
 /* The header of a segment, at its start. Protected as stated per field.
  * Invariants: bit 0 of free_slices is never set (the header slice);
  * free_slices & ~dirty_slices are slices known to read as zero; a set bit in
- * free_slices means pages[i].area_size == 0 and pages[i].slice_offset == 0. */
+ * free_slices means pages[i].area_size == 0 and pages[i].first == &pages[i]. */
 struct segment {
     _Atomic uint64_t owner_id; /* heap id of the owner; 0 when abandoned */
     struct heap *heap;         /* owning heap; meaningful to the owner only */
