@@ -273,6 +273,20 @@ static void page_cache_push(struct heap *heap, struct page *page) {
     if (evicted) segment_page_free(heap, evicted);
 }
 
+/* Keeps the first `slices` slices of an owned, unlisted page and gives the
+ * rest back to the segment as a page of its own. */
+static void page_split(struct heap *heap, struct page *page, unsigned slices) {
+    struct page *tail = page + slices;
+    unsigned tail_slices = page->slice_count - slices;
+    page->slice_count = (uint8_t)slices;
+    for (unsigned i = 0; i < tail_slices; i++)
+        tail[i].first = tail;
+    tail->slice_count = (uint8_t)tail_slices;
+    tail->area_size = 0;
+    segment_of(page)->used_pages++; /* segment_page_free counts it out again */
+    segment_page_free(heap, tail);
+}
+
 /* A cached page for class `cls` (best: same class, free list intact), else one
  * of the same size in slices. NULL if none. *reusable: its free list can stay. */
 static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned slices,
@@ -282,8 +296,12 @@ static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned sl
     int found = -1;
     for (int i = (int)heap->page_cache_count - 1; i >= 0; i--) {
         struct page *p = heap->page_cache[i].page;
-        if (p->slice_count != slices) continue;
-        if (p->class_index == cls && !heap->page_cache[i].clean) {
+        /* A large block may take the most recent bigger page, cut to size: it
+         * is likely still in the CPU caches (as glibc's top chunk would be). */
+        bool fits = p->slice_count == slices ||
+                    (cls == LARGE_CLASS && p->slice_count > slices && !heap->page_cache[i].clean);
+        if (!fits) continue;
+        if ((p->class_index == cls || cls == LARGE_CLASS) && !heap->page_cache[i].clean) {
             found = i;
             break;
         }
@@ -296,11 +314,12 @@ static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned sl
             heap->page_cache[i - 1] = heap->page_cache[i];
         heap->page_cache_count--;
         page = entry.page;
-        *reusable = !entry.clean && page->class_index == cls;
+        *reusable = !entry.clean && page->class_index == cls && page->slice_count == slices;
         if (!entry.clean) retained_change(page_bytes(page), false);
         page->is_zero = entry.clean;
     }
     spin_unlock(&heap->cache_lock);
+    if (page && page->slice_count > slices) page_split(heap, page, slices);
     return page;
 }
 
@@ -516,7 +535,10 @@ void heap_page_empty(struct heap *heap, struct page *page) {
         }
         queue_remove(&heap->pages_direct[page->class_index], page, &g_empty_page);
     }
-    if (OPTION(aggressive_madvise))
+    /* A large block's page goes straight back to its segment: its slices
+     * coalesce with free neighbours and the lowest warm run is reused next, so
+     * blocks of varying sizes keep landing on the same, cache-hot memory. */
+    if (OPTION(aggressive_madvise) || page->class_index == LARGE_CLASS)
         segment_page_free(heap, page);
     else
         page_cache_push(heap, page);
