@@ -37,16 +37,20 @@ void out_string(struct out_buffer *out, const char *s) {
     }
 }
 
-void out_unsigned(struct out_buffer *out, uint64_t value) {
+/* Right-aligned in `width` columns (0: no padding), like printf's "%*u". */
+void out_unsigned_padded(struct out_buffer *out, uint64_t value, int width) {
     char digits[24];
     int n = 0;
     do {
         digits[n++] = (char)('0' + value % 10);
         value /= 10;
     } while (value);
-    char text[24];
-    for (int i = 0; i < n; i++)
-        text[i] = digits[n - 1 - i];
-    text[n] = '\0';
+    char text[48];
+    int length = 0;
+    for (int i = n; i < width && length < 24; i++) text[length++] = ' ';
+    while (n > 0) text[length++] = digits[--n];
+    text[length] = '\0';
     out_string(out, text);
 }
+
+void out_unsigned(struct out_buffer *out, uint64_t value) { out_unsigned_padded(out, value, 0); }

@@ -76,6 +76,7 @@ struct out_buffer {
 };
 void out_string(struct out_buffer *out, const char *s) INTERNAL;
 void out_unsigned(struct out_buffer *out, uint64_t value) INTERNAL;
+void out_unsigned_padded(struct out_buffer *out, uint64_t value, int width) INTERNAL;
 void out_flush(struct out_buffer *out) INTERNAL;
 
 /* ---- os.c: the only file making memory syscalls; each one counted ---- */

@@ -120,20 +120,8 @@ API struct mallinfo TM_NAME(mallinfo)(void) {
 }
 
 static void out_padded(struct out_buffer *out, const char *label, uint64_t value) {
-    char digits[24];
-    int n = 0;
-    do {
-        digits[n++] = (char)('0' + value % 10);
-        value /= 10;
-    } while (value);
     out_string(out, label);
-    for (int i = n; i < 10; i++)
-        out_string(out, " ");
-    char text[24];
-    for (int i = 0; i < n; i++)
-        text[i] = digits[n - 1 - i];
-    text[n] = '\0';
-    out_string(out, text);
+    out_unsigned_padded(out, value, 10);
     out_string(out, "\n");
 }
 
