@@ -47,10 +47,14 @@ void out_unsigned_padded(struct out_buffer *out, uint64_t value, int width) {
     } while (value);
     char text[48];
     int length = 0;
-    for (int i = n; i < width && length < 24; i++) text[length++] = ' ';
-    while (n > 0) text[length++] = digits[--n];
+    for (int i = n; i < width && length < 24; i++)
+        text[length++] = ' ';
+    while (n > 0)
+        text[length++] = digits[--n];
     text[length] = '\0';
     out_string(out, text);
 }
 
-void out_unsigned(struct out_buffer *out, uint64_t value) { out_unsigned_padded(out, value, 0); }
+void out_unsigned(struct out_buffer *out, uint64_t value) {
+    out_unsigned_padded(out, value, 0);
+}
