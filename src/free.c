@@ -27,7 +27,9 @@ static inline struct page *page_of_block(void *p, const char *message) {
     return page;
 }
 
-static inline void free_local(struct heap *heap, struct page *page, struct block *b) {
+/* The segment's heap pointer is read only when a page empties: the common
+ * free never loads it. */
+static inline void free_local(struct segment *segment, struct page *page, struct block *b) {
     block_link_set(b, page->free);
     b->free_key = free_key_of(page);
     page->free = b;
@@ -35,7 +37,7 @@ static inline void free_local(struct heap *heap, struct page *page, struct block
     /* the only page of its class stays: a malloc/free loop must not thrash */
     if (unlikely(--page->used == 0) &&
         (page->next != page || page->slice_count > 1 || OPTION(aggressive_madvise)))
-        heap_page_empty(heap, page);
+        heap_page_empty(segment->heap, page);
 }
 
 static NOINLINE void free_remote(struct page *page, struct block *b) {
@@ -48,7 +50,7 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
         struct segment *segment = segment_of(b);
         if (atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
             (current_thread_id() | OWNER_CHECKED_BIT)) {
-            free_local(segment->heap, page, b);
+            free_local(segment, page, b);
             return;
         }
     }
@@ -64,9 +66,10 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
 
 /* The block already carries the free key: verify before freeing it. A
  * separate function keeps the fast path free of register saves. */
-static NOINLINE void free_local_checked(struct heap *heap, struct page *page, struct block *b) {
-    heap_double_free_check(heap, page, b);
-    free_local(heap, page, b);
+static NOINLINE void free_local_checked(struct segment *segment, struct page *page,
+                                        struct block *b) {
+    heap_double_free_check(segment->heap, page, b);
+    free_local(segment, page, b);
 }
 
 static NOINLINE void free_outside_segments(void *p) {
@@ -89,11 +92,10 @@ static inline void free_inline(void *p) {
      * The owner may then read the segment's heap pointer. */
     if (likely(atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
                current_thread_id())) {
-        struct heap *heap = segment->heap;
         if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
-            free_local_checked(heap, page, b);
+            free_local_checked(segment, page, b);
         else
-            free_local(heap, page, b);
+            free_local(segment, page, b);
         return;
     }
     free_remote(page, b);

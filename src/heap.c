@@ -273,20 +273,6 @@ static void page_cache_push(struct heap *heap, struct page *page) {
     if (evicted) segment_page_free(heap, evicted);
 }
 
-/* Keeps the first `slices` slices of an owned, unlisted page and gives the
- * rest back to the segment as a page of its own. */
-static void page_split(struct heap *heap, struct page *page, unsigned slices) {
-    struct page *tail = page + slices;
-    unsigned tail_slices = page->slice_count - slices;
-    page->slice_count = (uint8_t)slices;
-    for (unsigned i = 0; i < tail_slices; i++)
-        tail[i].first = tail;
-    tail->slice_count = (uint8_t)tail_slices;
-    tail->area_size = 0;
-    segment_of(page)->used_pages++; /* segment_page_free counts it out again */
-    segment_page_free(heap, tail);
-}
-
 /* A cached page for class `cls` (best: same class, free list intact), else one
  * of the same size in slices. NULL if none. *reusable: its free list can stay. */
 static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned slices,
@@ -296,12 +282,8 @@ static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned sl
     int found = -1;
     for (int i = (int)heap->page_cache_count - 1; i >= 0; i--) {
         struct page *p = heap->page_cache[i].page;
-        /* A large block may take the most recent bigger page, cut to size: it
-         * is likely still in the CPU caches (as glibc's top chunk would be). */
-        bool fits = p->slice_count == slices ||
-                    (cls == LARGE_CLASS && p->slice_count > slices && !heap->page_cache[i].clean);
-        if (!fits) continue;
-        if ((p->class_index == cls || cls == LARGE_CLASS) && !heap->page_cache[i].clean) {
+        if (p->slice_count != slices) continue;
+        if (p->class_index == cls && !heap->page_cache[i].clean) {
             found = i;
             break;
         }
@@ -314,12 +296,11 @@ static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned sl
             heap->page_cache[i - 1] = heap->page_cache[i];
         heap->page_cache_count--;
         page = entry.page;
-        *reusable = !entry.clean && page->class_index == cls && page->slice_count == slices;
+        *reusable = !entry.clean && page->class_index == cls;
         if (!entry.clean) retained_change(page_bytes(page), false);
         page->is_zero = entry.clean;
     }
     spin_unlock(&heap->cache_lock);
-    if (page && page->slice_count > slices) page_split(heap, page, slices);
     return page;
 }
 
@@ -423,9 +404,8 @@ void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
 
 static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
-    bool reusable;
-    struct page *page = page_cache_take(heap, LARGE_CLASS, slices, &reusable);
-    if (page == NULL) page = segment_page_alloc(heap, slices);
+    /* Straight from the segment, where freed large pages went (heap_page_empty). */
+    struct page *page = segment_page_alloc(heap, slices);
     if (page == NULL) return NULL;
     page_init(page, LARGE_CLASS, (size_t)slices << SLICE_SHIFT);
     page->capacity = 1;

@@ -124,6 +124,19 @@ static struct cached_mapping cache_take(size_t map_size) {
     return best;
 }
 
+/* Records a new mapping as a live block; on failure the mapping goes back. */
+static bool huge_register(struct huge_entry entry) {
+    spin_lock(&g_huge_lock);
+    bool ok = table_insert(entry);
+    spin_unlock(&g_huge_lock);
+    if (!ok) {
+        os_unmap((void *)entry.base, entry.map_size);
+        return false;
+    }
+    note_live(entry.map_size, true);
+    return true;
+}
+
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
     if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
     if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
@@ -158,15 +171,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         }
     }
     uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    struct huge_entry entry = {user, base, mapped, retain_on_free};
-    spin_lock(&g_huge_lock);
-    bool ok = table_insert(entry);
-    spin_unlock(&g_huge_lock);
-    if (!ok) {
-        os_unmap((void *)base, mapped);
-        return NULL;
-    }
-    note_live(mapped, true);
+    if (!huge_register((struct huge_entry){user, base, mapped, retain_on_free})) return NULL;
     if (reused && zero_needed) memset((void *)user, 0, size);
     return (void *)user;
 }
@@ -279,14 +284,6 @@ void *huge_alloc_guarded(size_t size, size_t alignment) {
     uintptr_t guard = base + map_size - OS_PAGE_SIZE;
     os_protect_none((void *)guard, OS_PAGE_SIZE);
     uintptr_t user = (guard - body) & ~(uintptr_t)(alignment - 1);
-    struct huge_entry entry = {user, base, map_size, false};
-    spin_lock(&g_huge_lock);
-    bool ok = table_insert(entry);
-    spin_unlock(&g_huge_lock);
-    if (!ok) {
-        os_unmap((void *)base, map_size);
-        return NULL;
-    }
-    note_live(map_size, true);
+    if (!huge_register((struct huge_entry){user, base, map_size, false})) return NULL;
     return (void *)user;
 }

@@ -1,4 +1,4 @@
-/* Process-wide initialisation: keys, options, fork handlers. Runs on the
+/* Process-wide initialisation: options, fork handlers. Runs on the
  * first allocation of any thread, or from the library constructor. */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -16,7 +16,7 @@ uint32_t clock_ms(void) {
 }
 
 void allocator_init(void) {
-    /* acquire: a thread that sees 2 sees the keys and options set before. */
+    /* acquire: a thread that sees 2 sees the options set before. */
     if (likely(atomic_load_explicit(&g_initialized, memory_order_acquire) == 2)) return;
     int expected = 0;
     if (atomic_compare_exchange_strong_explicit(&g_initialized, &expected, 1, memory_order_acquire,
