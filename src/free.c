@@ -56,11 +56,12 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
     }
     b->free_key = free_key_of(page);
     /* relaxed load: the CAS below re-reads and validates it. */
-    struct block *head = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    uintptr_t old = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    uintptr_t word;
     do {
-        block_link_set(b, head);
+        word = thread_free_push_word(old, b, b, 1);
         /* release: the owner's acquire exchange must see the link we wrote. */
-    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &head, b,
+    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &old, word,
                                                     memory_order_release, memory_order_relaxed));
 }
 

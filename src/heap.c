@@ -138,7 +138,7 @@ struct heap *heap_for_thread(void) {
 static void heap_collect(struct heap *heap, bool exiting) {
     for (struct page *page = heap->large_pages, *next; page; page = next) {
         next = page->next;
-        page_collect_remote(page);
+        page_collect_if_empties(page);
         if (page->used == 0) {
             large_remove(heap, page);
             segment_page_free(heap, page);
@@ -153,7 +153,10 @@ static void heap_collect(struct heap *heap, bool exiting) {
             remaining++;
         while (remaining-- > 0) {
             struct page *next = page->next;
-            page_collect_remote(page);
+            if (exiting)
+                page_collect_remote(page);
+            else
+                page_collect_if_empties(page);
             if (page->used == 0 && (exiting || page->next != page || page->slice_count > 1)) {
                 queue_remove(head, page, &g_empty_page);
                 segment_page_free(heap, page);
@@ -368,7 +371,8 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
     struct page *page = *head;
     if (page != &g_empty_page) {
         for (unsigned tries = 0; tries < QUEUE_SEARCH_MAX; tries++) {
-            page_collect_remote(page);
+            /* only a dry page collects: nothing to splice, no walk */
+            if (page->free == NULL) page_collect_remote(page);
             if (page->free != NULL || page_extend(page)) {
                 *head = page;
                 return page;

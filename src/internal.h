@@ -144,6 +144,7 @@ bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
 void page_init(struct page *page, unsigned class_index, size_t block_size) INTERNAL;
 bool page_extend(struct page *page) INTERNAL;             /* carve more blocks; false if full */
 uint32_t page_collect_remote(struct page *page) INTERNAL; /* returns blocks collected */
+void page_collect_if_empties(struct page *page) INTERNAL;
 NORETURN void report_corrupt_free_list(void) INTERNAL;
 
 /* TIDEMALLOC_NO_CHECKS builds the library without the default checks (link
@@ -165,6 +166,24 @@ static inline void block_link_set(struct block *b, struct block *next) {
     else
         b->next_encoded = (uintptr_t)next ^ ((uintptr_t)b >> 12);
 }
+/* page->thread_free: list head (a user-space pointer: 47 bits) and length. */
+#define THREAD_FREE_COUNT_SHIFT 48
+#define THREAD_FREE_COUNT_ONE   ((uintptr_t)1 << THREAD_FREE_COUNT_SHIFT)
+static inline struct block *thread_free_head(uintptr_t word) {
+    return (struct block *)(word & (THREAD_FREE_COUNT_ONE - 1));
+}
+static inline uint32_t thread_free_count(uintptr_t word) {
+    return (uint32_t)(word >> THREAD_FREE_COUNT_SHIFT);
+}
+/* The word after pushing the list `first`..`last` of `count` blocks onto the
+ * list in `old`; links `last` to old's head. */
+static inline uintptr_t thread_free_push_word(uintptr_t old, struct block *first,
+                                              struct block *last, uint32_t count) {
+    block_link_set(last, thread_free_head(old));
+    return ((old & ~(THREAD_FREE_COUNT_ONE - 1)) + count * THREAD_FREE_COUNT_ONE) |
+           (uintptr_t)first;
+}
+
 /* A decoded link must stay in its segment: a wild write is caught here. */
 static inline void block_link_check(const struct block *b, const struct block *next) {
     if (CHECKS_ON &&

@@ -14,7 +14,7 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     page->used = 0;
     page->free = NULL;
     /* relaxed: the page is not yet visible to any other thread. */
-    atomic_store_explicit(&page->thread_free, NULL, memory_order_relaxed);
+    atomic_store_explicit(&page->thread_free, 0, memory_order_relaxed);
     page->next = page->prev = NULL;
 }
 
@@ -40,29 +40,55 @@ bool page_extend(struct page *page) {
     return true;
 }
 
-/* Moves the blocks other threads freed onto the local free list. */
+/* The last block of a list of `count` (links checked on the way). */
+static struct block *list_tail(struct block *list, uint32_t count) {
+    struct block *tail = list;
+    while (--count > 0) {
+        struct block *next = block_link_decode(tail);
+        block_link_check(tail, next);
+        if (unlikely(next == NULL)) report_corrupt_free_list();
+        tail = next;
+    }
+    return tail;
+}
+
+/* Moves the blocks other threads freed onto the local free list. The push
+ * word carries their count, so nothing is walked when the local list is
+ * empty (the usual case: the owner collects when a page runs dry); else the
+ * shorter list is walked to splice them, the local one (capacity - used
+ * blocks, in this core's cache) when it ties. */
 uint32_t page_collect_remote(struct page *page) {
     /* relaxed peek: skipping an exchange when nothing is there is the common case;
      * a block pushed just after is collected next time. */
-    if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == NULL) return 0;
+    if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == 0) return 0;
     /* acquire: pairs with the pushers' release, so their link writes are seen. */
-    struct block *list = atomic_exchange_explicit(&page->thread_free, NULL, memory_order_acquire);
+    uintptr_t word = atomic_exchange_explicit(&page->thread_free, 0, memory_order_acquire);
+    struct block *list = thread_free_head(word);
+    uint32_t count = thread_free_count(word);
     if (list == NULL) return 0;
-    uint32_t count = 1;
-    struct block *tail = list;
-    for (;;) {
-        struct block *next = block_link_decode(tail);
-        block_link_check(tail, next);
-        if (next == NULL) break;
-        tail = next;
-        if (unlikely(++count > page->reserved)) report_corrupt_free_list();
+    if (unlikely(count == 0 || count > page->used))
+        fatal_error("free(): double free detected (remote)");
+    uint32_t local_count = (uint32_t)page->capacity - page->used;
+    if (local_count == 0) {
+        page->free = list;
+    } else if (local_count <= count) {
+        block_link_set(list_tail(page->free, local_count), list);
+    } else {
+        block_link_set(list_tail(list, count), page->free);
+        page->free = list;
     }
-    block_link_set(tail, page->free);
-    page->free = list;
-    if (unlikely(count > page->used)) fatal_error("free(): double free detected (remote)");
-    page->used -= count;
+    page->used = (uint16_t)(page->used - count);
     page->is_zero = 0; /* blocks with user data are on the list now (calloc) */
     return count;
+}
+
+/* Collects only if that empties the page: the periodic sweep looks for pages
+ * to give back and leaves partial lists to be taken when the page runs dry. */
+void page_collect_if_empties(struct page *page) {
+    /* relaxed: a hint; the count only grows until the exchange, which takes
+     * at most `used` blocks, so a match here is still a match then. */
+    uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    if (word != 0 && thread_free_count(word) == page->used) page_collect_remote(page);
 }
 
 void report_corrupt_free_list(void) {

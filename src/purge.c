@@ -182,9 +182,9 @@ static size_t release_remote_freed_blocks(void) {
         for (unsigned i = 1; i < SLICES_PER_SEGMENT; i++) {
             struct page *page = &s->pages[i];
             /* relaxed: a hint; the exchange below is what takes the list */
-            if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == NULL) continue;
-            struct block *list =
-                atomic_exchange_explicit(&page->thread_free, NULL, memory_order_acquire);
+            if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == 0) continue;
+            uintptr_t taken = atomic_exchange_explicit(&page->thread_free, 0, memory_order_acquire);
+            struct block *list = thread_free_head(taken);
             if (list == NULL) continue;
             size_t block_size = __atomic_load_n(&page->block_size, __ATOMIC_RELAXED);
             struct block *tail = list;
@@ -195,12 +195,13 @@ static size_t release_remote_freed_blocks(void) {
                 if (to > from && os_release((void *)from, to - from)) released += to - from;
                 tail = b;
             }
-            struct block *head = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+            uintptr_t old = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+            uintptr_t word;
             do {
-                block_link_set(tail, head);
+                word = thread_free_push_word(old, list, tail, thread_free_count(taken));
                 /* release: as in free_remote */
             } while (!atomic_compare_exchange_weak_explicit(
-                &page->thread_free, &head, list, memory_order_release, memory_order_relaxed));
+                &page->thread_free, &old, word, memory_order_release, memory_order_relaxed));
         }
     }
     spin_unlock(&g_registry_lock);

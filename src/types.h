@@ -64,7 +64,11 @@ struct page {
     uint8_t unused[7];           /* pads the owner's hot half to one cache line */
     /* Other threads push here: a cache line of its own, so their frees do not
      * contend with the owner's malloc on the line above (prodcons: -13%). */
-    _Atomic(struct block *) thread_free __attribute__((aligned(64))); /* remote frees (push only) */
+    /* Remote frees (push only): a list head in the low 48 bits and the
+     * list's length in the top 16 (THREAD_FREE_COUNT_SHIFT), so the owner
+     * learns the count from its one exchange instead of walking blocks that
+     * other cores wrote (larson: the walk was 19% of the profile). */
+    _Atomic uintptr_t thread_free __attribute__((aligned(64)));
     struct page *prev; /* owner only: circular class queue (rarely used: queue removal) */
     char padding[48];  /* the descriptor is 128 bytes: indexing is a shift */
 };
