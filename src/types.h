@@ -47,30 +47,34 @@ struct block {
  * each carved block is exactly one of: handed out, on `free`, on
  * `thread_free`. area_size == 0 iff the descriptor is not an in-use page. */
 struct page {
-    struct block *free;          /* owner only: local free list */
-    struct page *next;           /* owner only: circular class queue */
+    /* Line 0: constant while the page is in use. Every free reads it, the
+     * remote ones included, so nothing written per block may live here. */
     struct page *first;          /* every slice: its page's descriptor (itself when free) */
-    uintptr_t start;             /* address of block 0 (constant while in use) */
+    uintptr_t start;             /* address of block 0 */
     uint64_t block_size_inverse; /* floor(2^40 / block_size) + 1: exact division */
-    uint32_t block_size;         /* bytes per block (constant while in use) */
+    uint32_t block_size;         /* bytes per block */
     uint32_t area_size;          /* reserved * block_size; 0 when not in use */
-    uint16_t used;               /* owner only: blocks out, minus those collected */
-    uint16_t capacity;           /* owner only: blocks carved into lists so far */
-    uint16_t reserved;           /* blocks that fit in the page (constant while in use) */
+    uint16_t reserved;           /* blocks that fit in the page */
     uint8_t class_index;         /* size class, or LARGE_CLASS */
     uint8_t slice_count;         /* slices in this page (first slice only) */
-    uint8_t is_zero;             /* fresh from the kernel and no block freed since: blocks read
-                                    as zero but for their link words (calloc skips the memset) */
-    uint8_t unused[7];           /* pads the owner's hot half to one cache line */
-    /* Other threads push here: a cache line of its own, so their frees do not
-     * contend with the owner's malloc on the line above (prodcons: -13%). */
-    /* Remote frees (push only): a list head in the low 48 bits and the
+    char constant_padding[28];
+    /* Line 1: the owner's, written by its every malloc and free. Remote
+     * frees never touch it (with it on line 0, larson and mstress paid a
+     * cache-line transfer per remote free and per owner write after it). */
+    struct block *free __attribute__((aligned(64))); /* owner only: local free list */
+    struct page *next;                               /* owner only: circular class queue */
+    struct page *prev;                               /* owner only: circular class queue */
+    uint16_t used;     /* owner only: blocks out, minus those collected */
+    uint16_t capacity; /* owner only: blocks carved into lists so far */
+    uint8_t is_zero;   /* fresh from the kernel and no block freed since: blocks read
+                          as zero but for their link words (calloc skips the memset) */
+    char owner_padding[35];
+    /* Line 2: other threads push here. A list head in the low 48 bits and the
      * list's length in the top 16 (THREAD_FREE_COUNT_SHIFT), so the owner
      * learns the count from its one exchange instead of walking blocks that
      * other cores wrote (larson: the walk was 19% of the profile). */
     _Atomic uintptr_t thread_free __attribute__((aligned(64)));
-    struct page *prev; /* owner only: circular class queue (rarely used: queue removal) */
-    char padding[48];  /* the descriptor is 128 bytes: indexing is a shift */
+    char remote_padding[120]; /* the descriptor is 256 bytes: indexing is a shift */
 };
 
 /* The header of a segment, at its start. Protected as stated per field.
@@ -78,19 +82,21 @@ struct page {
  * free_slices & ~dirty_slices are slices known to read as zero; a set bit in
  * free_slices means pages[i].area_size == 0 and pages[i].first == &pages[i]. */
 struct segment {
+    /* Line 0, read by every free: written only when ownership changes. */
     _Atomic uint64_t owner_id; /* heap id of the owner; 0 when abandoned */
     struct heap *heap;         /* owning heap; meaningful to the owner only */
-    struct segment *next;      /* owner's avail/full list, or abandoned/cache list */
-    struct segment *prev;      /* ditto (doubly linked for O(1) unlink) */
-    struct segment *all_next;  /* registry of all segments (registry lock) */
-    struct segment *all_prev;  /* registry of all segments (registry lock) */
-    struct spin_lock lock;     /* guards the slice bitmaps and freed_at stamps */
-    uint32_t used_pages;       /* owner only: pages in use */
-    uint64_t free_slices;      /* lock: bit i = slice i belongs to no page */
-    uint64_t dirty_slices;     /* lock: bit i = slice i may hold non-zero, resident data */
-    uint64_t purging_slices;   /* lock: slices a purger took out to release */
-    uint8_t in_full_list;      /* owner only: on heap's full list (no free slice) */
-    uint8_t abandoned;         /* abandoned list lock: on the abandoned list */
+    struct segment *next
+        __attribute__((aligned(64))); /* owner's avail/full list, or abandoned/cache list */
+    struct segment *prev;             /* ditto (doubly linked for O(1) unlink) */
+    struct segment *all_next;         /* registry of all segments (registry lock) */
+    struct segment *all_prev;         /* registry of all segments (registry lock) */
+    struct spin_lock lock;            /* guards the slice bitmaps and freed_at stamps */
+    uint32_t used_pages;              /* owner only: pages in use */
+    uint64_t free_slices;             /* lock: bit i = slice i belongs to no page */
+    uint64_t dirty_slices;            /* lock: bit i = slice i may hold non-zero, resident data */
+    uint64_t purging_slices;          /* lock: slices a purger took out to release */
+    uint8_t in_full_list;             /* owner only: on heap's full list (no free slice) */
+    uint8_t abandoned;                /* abandoned list lock: on the abandoned list */
     uint32_t slice_freed_ms[SLICES_PER_SEGMENT]; /* lock: when each free slice was freed */
     struct page pages[SLICES_PER_SEGMENT];       /* one descriptor per slice */
 };
@@ -119,5 +125,5 @@ struct heap {
     uint8_t exiting;       /* thread-exit destructor has run once */
 };
 
-_Static_assert(sizeof(struct page) == 128, "page descriptors index with a shift");
+_Static_assert(sizeof(struct page) == 256, "page descriptors index with a shift");
 #endif
