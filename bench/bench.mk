@@ -8,7 +8,7 @@ BENCH_PY     ?= /usr/bin/python3
 # Extra arguments for the runner, e.g. BENCH_ARGS="--reps 3 --only larson,churn"
 BENCH_ARGS   ?=
 
-.PHONY: bench bench-quick bench-insns bench-ebizzy bench-gs bench-build
+.PHONY: bench bench-quick bench-insns bench-checks bench-ebizzy bench-gs bench-build
 
 bench-build: $(BENCH_BINS)
 
@@ -26,6 +26,9 @@ bench-quick: lib bench-build
 
 bench-insns: lib bench-build
 	$(BENCH_PY) bench/run.py insns $(BENCH_ARGS)
+
+bench-checks: lib lib-nochecks bench-build
+	$(BENCH_PY) bench/run.py checks $(BENCH_ARGS)
 
 bench-ebizzy: lib bench-build
 	$(BENCH_PY) bench/run.py ebizzy $(BENCH_ARGS)

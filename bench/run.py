@@ -312,7 +312,7 @@ one is skipped).
 
 """
 
-SECTIONS = ["bench", "insns", "ebizzy", "gs"]
+SECTIONS = ["bench", "insns", "checks", "ebizzy", "gs"]
 
 
 def write_section(name, text):
@@ -654,6 +654,78 @@ def cmd_insns(args):
     return 0
 
 
+# ---------------------------------------------------------------- make bench-checks
+
+NOCHECKS_LIB = os.path.join(BUILD, "nochecks", "libtidemalloc.so")
+
+
+def cmd_checks(args):
+    """What the default checks cost: every benchmark with the library and
+    with the build without them (-DTIDEMALLOC_NO_CHECKS), interleaved."""
+    if not os.path.exists(NOCHECKS_LIB):
+        log("%s not found: run `make lib-nochecks`" % os.path.relpath(NOCHECKS_LIB, ROOT))
+        return 2
+    variants = [dict(name="checks", preload=LIB), dict(name="no checks", preload=NOCHECKS_LIB)]
+    benches = [b for b in BENCHMARKS if not args.only or b["name"] in args.only]
+    reps = args.reps or 7
+    gen_dir = os.path.join(BIN, "gen")
+    os.makedirs(gen_dir, exist_ok=True)
+    for b in benches:
+        if b.get("setup") == "gen_c":
+            gen_c(gen_dir)
+    log("bench-checks: %d benchmarks x 2 builds x %d repetitions, interleaved" % (len(benches), reps))
+    prog = Progress(len(benches) * 2 * reps)
+    t_start = time.monotonic()
+    load_start = loadavg()
+    rows, wall_ratios, cpu_ratios, failed = [], [], [], 0
+    for b in benches:
+        argv = fill(b["argv"], gen_dir)
+        runs = {v["name"]: [] for v in variants}
+        for rep in range(reps):
+            for v in variants:
+                prog.show("%s rep %d/%d %s" % (b["name"], rep + 1, reps, v["name"]))
+                r = run_once(argv, alloc_env(v, b.get("env")))
+                prog.step()
+                if r["rc"] != 0 or r["timeout"]:
+                    failed += 1
+                    prog.end()
+                    log("FAILED %s with %s: %s" % (b["name"], v["name"], failure_text(r)))
+                    continue
+                runs[v["name"]].append(r)
+        on, off = runs["checks"], runs["no checks"]
+        if not on or not off:
+            continue
+        w_on, w_off = median([r["wall"] for r in on]), median([r["wall"] for r in off])
+        c_on = median([r["user"] + r["sys"] for r in on])
+        c_off = median([r["user"] + r["sys"] for r in off])
+        wall_ratios.append(w_on / w_off)
+        cpu_ratios.append(c_on / c_off if c_off > 0 else float("nan"))
+        rows.append([b["name"], "%.3f" % w_on, "%.3f" % w_off, "%.3f" % (w_on / w_off),
+                     "%.3f" % c_on, "%.3f" % c_off, fmt(cpu_ratios[-1], "%.3f")])
+    prog.end()
+    elapsed = time.monotonic() - t_start
+    rows.append(["**geometric mean**", "", "", "**%.3f**" % geomean(wall_ratios), "", "",
+                 "**%.3f**" % geomean(cpu_ratios)])
+    hdr = ["benchmark", "wall s, checks", "wall s, none", "wall ratio",
+           "user+sys s, checks", "user+sys s, none", "user+sys ratio"]
+    log("")
+    log(text_table(hdr, [[c.replace("*", "") for c in r] for r in rows]))
+    md = "\n".join([
+        "## Cost of the default checks (`make bench-checks`)", "",
+        "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+        "- Machine: %s" % machine_text([dict(name="tidemalloc")]),
+        "- Method: every `make bench` benchmark with `build/libtidemalloc.so` and with "
+        "`build/nochecks/libtidemalloc.so` (`make lib-nochecks`: the same sources built with "
+        "`-DTIDEMALLOC_NO_CHECKS`, so no link encoding, link check, pointer validation or "
+        "double-free test), interleaved, %d repetitions, medians. Ratio: with checks / without "
+        "(1.03 = the checks cost 3%%). Run took %.0f s; load average (1 min) %s at the start and "
+        "%s at the end." % (reps, elapsed, load_start, loadavg()), "",
+        md_table(hdr, rows), ""])
+    if not args.no_doc:
+        write_section("checks", md)
+    return 1 if failed else 0
+
+
 # ---------------------------------------------------------------- make bench-ebizzy
 
 def cmd_ebizzy(args):
@@ -871,7 +943,7 @@ def cmd_gs(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["bench", "quick", "insns", "ebizzy", "gs", "list"])
+    ap.add_argument("command", choices=["bench", "quick", "insns", "checks", "ebizzy", "gs", "list"])
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 5; quick 3)")
     ap.add_argument("--only", type=lambda s: s.split(","), default=None, help="benchmarks, comma-separated")
     ap.add_argument("--allocs", type=lambda s: s.split(","), default=None, help="allocators, comma-separated")
@@ -887,7 +959,8 @@ def main():
         return 0
     if args.command in ("bench", "quick"):
         return cmd_bench(args, args.command == "quick")
-    return {"insns": cmd_insns, "ebizzy": cmd_ebizzy, "gs": cmd_gs}[args.command](args)
+    return {"insns": cmd_insns, "checks": cmd_checks, "ebizzy": cmd_ebizzy,
+            "gs": cmd_gs}[args.command](args)
 
 
 if __name__ == "__main__":
