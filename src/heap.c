@@ -490,8 +490,10 @@ void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
                 }
             }
         }
-        if (size <= LARGE_MAX) {
-            void *p = heap_malloc_large(heap, size, NULL);
+        if (need <= LARGE_MAX) {
+            /* a large page starts on a slice: any alignment up to 64 KiB holds;
+             * need, not size: memalign(64 KiB, 0) still takes one slice */
+            void *p = heap_malloc_large(heap, need, NULL);
             if (p == NULL) goto out_of_memory;
             return p;
         }

@@ -25,11 +25,11 @@
 #define SLICES_PER_SEGMENT (SEGMENT_SIZE / SLICE_SIZE) /* 64: one uint64_t bitmap */
 #define OS_PAGE_SIZE       4096
 
-#define SMALL_CLASS_COUNT 49                  /* classes 0..48, 16 B .. 128 KiB */
-#define SMALL_MAX         ((size_t)128 << 10) /* largest size served from a class */
-#define LARGE_CLASS       SMALL_CLASS_COUNT   /* class_index of a one-block page */
-#define LARGE_MAX         ((size_t)2 << 20)   /* largest block served from slices */
-#define PAGE_MAX_SLICES   8                   /* a class page spans at most 512 KiB */
+#define SMALL_CLASS_COUNT 41                 /* classes 0..40, 16 B .. 32 KiB */
+#define SMALL_MAX         ((size_t)32 << 10) /* largest size served from a class */
+#define LARGE_CLASS       SMALL_CLASS_COUNT  /* class_index of a one-block page */
+#define LARGE_MAX         ((size_t)2 << 20)  /* largest block served from slices */
+#define PAGE_MAX_SLICES   8                  /* a class page spans at most 512 KiB */
 
 #define ALIGNMENT 16 /* every block is at least 16-byte aligned, like glibc */
 

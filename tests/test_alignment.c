@@ -59,7 +59,7 @@ int main(void) {
 
     /* The aligned allocators, alignments 16 B .. 2 MiB. */
     for (size_t a = 16; a <= ((size_t)2 << 20); a <<= 1) {
-        size_t sizes[] = {1, 16, a - 1, a, a + 1, 3 * a + 5, 100000};
+        size_t sizes[] = {0, 1, 16, a - 1, a, a + 1, 3 * a + 5, 100000};
         for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
             size_t s = sizes[k];
             void *p = memalign(a, s);
