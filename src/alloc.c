@@ -19,13 +19,7 @@ static inline void *malloc_inline(size_t size) {
         struct page *page = heap->pages_direct[size_class_of(size)];
         struct block *b = page->free;
         if (likely(b != NULL)) {
-            struct block *next = block_link_decode(b);
-            block_link_check(b, next);
-            /* The next malloc of this class reads next's link: start the
-             * fetch now (a block another core freed is a miss). Never
-             * prefetch NULL: a walk of an unmapped page costs more. */
-            __builtin_prefetch(next != NULL ? next : b);
-            page->free = next;
+            page->free = block_next_prefetched(b);
             page->used++;
             b->free_key = 0;
             return b;

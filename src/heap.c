@@ -393,8 +393,7 @@ static void *heap_malloc_class(struct heap *heap, unsigned cls) {
         if (page == NULL) return NULL;
     }
     struct block *b = page->free;
-    struct block *next = block_link_decode(b);
-    block_link_check(b, next);
+    struct block *next = block_next_checked(b);
     if (unlikely(g_options.secure)) checked_before_reuse(page, b);
     page->free = next;
     page->used++;
@@ -538,7 +537,7 @@ void heap_double_free_check(struct heap *heap, struct page *page, struct block *
     (void)heap;
     page_collect_remote(page);
     uint32_t steps = 0;
-    for (struct block *f = page->free; f; f = block_link_decode(f)) {
+    for (struct block *f = page->free; f; f = block_next_checked(f)) {
         if (f == b) fatal_error("free(): double free detected");
         if (++steps > page->capacity) report_corrupt_free_list();
     }

@@ -156,16 +156,55 @@ NORETURN void report_corrupt_free_list(void) INTERNAL;
 #define CHECKS_ON 1
 #endif
 
-static inline struct block *block_link_decode(const struct block *b) {
+/* Free-list links are stored as next ^ b ^ LINK_KEY, b being the block that
+ * holds the link (glibc's safe-linking idea: forging a link takes the slot's
+ * address). A valid link stays in b's segment and never points at b itself,
+ * so stored ^ LINK_KEY = next ^ b lies in [1, SEGMENT_SIZE): one subtraction
+ * and one compare check it. A list ends in b ^ LINK_KEY (next = NULL). The
+ * key's top bit makes a zeroed link, a small number or any user pointer
+ * written over a link fail the check. */
+#define LINK_KEY 0xd6a4000000000000ull
+
+static inline struct block *block_link_decode(const struct block *b) { /* unchecked */
     if (!CHECKS_ON) return (struct block *)b->next_encoded;
-    return (struct block *)(b->next_encoded ^ ((uintptr_t)b >> 12));
+    return (struct block *)(b->next_encoded ^ LINK_KEY ^ (uintptr_t)b);
 }
 static inline void block_link_set(struct block *b, struct block *next) {
     if (!CHECKS_ON)
         b->next_encoded = (uintptr_t)next;
     else
-        b->next_encoded = (uintptr_t)next ^ ((uintptr_t)b >> 12);
+        b->next_encoded = (uintptr_t)next ^ LINK_KEY ^ (uintptr_t)b;
 }
+/* The end of a list, or a corrupt link (which aborts). */
+static inline struct block *block_link_end(const struct block *b, uintptr_t delta) {
+    if (delta != (uintptr_t)b) report_corrupt_free_list();
+    return NULL;
+}
+/* The block after b on a free list, checked; NULL at the end. */
+static inline struct block *block_next_checked(const struct block *b) {
+    if (!CHECKS_ON) return (struct block *)b->next_encoded;
+    uintptr_t delta = b->next_encoded ^ LINK_KEY; /* next ^ b */
+    if (likely(delta - 1 < SEGMENT_SIZE - 1)) return (struct block *)(delta ^ (uintptr_t)b);
+    return block_link_end(b, delta);
+}
+/* The same, and the next block's line is fetched: the next malloc of the
+ * class reads its link (a block another core freed is a miss). Never NULL:
+ * prefetching it costs a page walk. */
+static inline struct block *block_next_prefetched(const struct block *b) {
+    if (!CHECKS_ON) {
+        struct block *next = (struct block *)b->next_encoded;
+        __builtin_prefetch(next != NULL ? next : b);
+        return next;
+    }
+    uintptr_t delta = b->next_encoded ^ LINK_KEY;
+    if (likely(delta - 1 < SEGMENT_SIZE - 1)) {
+        struct block *next = (struct block *)(delta ^ (uintptr_t)b);
+        __builtin_prefetch(next);
+        return next;
+    }
+    return block_link_end(b, delta);
+}
+
 /* page->thread_free: list head (a user-space pointer: 47 bits) and length. */
 #define THREAD_FREE_COUNT_SHIFT 48
 #define THREAD_FREE_COUNT_ONE   ((uintptr_t)1 << THREAD_FREE_COUNT_SHIFT)
@@ -182,13 +221,6 @@ static inline uintptr_t thread_free_push_word(uintptr_t old, struct block *first
     block_link_set(last, thread_free_head(old));
     return ((old & ~(THREAD_FREE_COUNT_ONE - 1)) + count * THREAD_FREE_COUNT_ONE) |
            (uintptr_t)first;
-}
-
-/* A decoded link must stay in its segment: a wild write is caught here. */
-static inline void block_link_check(const struct block *b, const struct block *next) {
-    if (CHECKS_ON &&
-        unlikely((((uintptr_t)next ^ (uintptr_t)b) >> SEGMENT_SHIFT) != 0 && next != NULL))
-        report_corrupt_free_list();
 }
 
 /* The calling thread's identity: its thread pointer (%fs:0 holds the TCB's own

@@ -44,8 +44,7 @@ bool page_extend(struct page *page) {
 static struct block *list_tail(struct block *list, uint32_t count) {
     struct block *tail = list;
     while (--count > 0) {
-        struct block *next = block_link_decode(tail);
-        block_link_check(tail, next);
+        struct block *next = block_next_checked(tail);
         if (unlikely(next == NULL)) report_corrupt_free_list();
         tail = next;
     }

@@ -9,7 +9,11 @@
  * the same with a forged glibc-style chunk header before the pointer (an
  * allocator with in-band headers believes it), double free of a large and of
  * a huge block, free of a pointer into a huge block, realloc of a freed
- * block. */
+ * block, double frees with other frees in between (one, and twenty), a double
+ * free from another thread, and free-list corruption by a write after free
+ * (the link zeroed, or pointed at the stack or at another mapping): the next
+ * malloc of that size must abort instead of returning the forged block. */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -106,6 +110,76 @@ static void case_realloc_freed(void) {
     free(q);
 }
 
+static void case_double_free_between(void) {
+    void *p = malloc(32), *q = malloc(32);
+    memset(p, 0, 32);
+    free(p);
+    free(q);
+    free(launder(p));
+}
+
+static void case_double_free_20_later(void) {
+    void *p = malloc(64), *others[20];
+    memset(p, 0, 64);
+    for (int i = 0; i < 20; i++)
+        others[i] = malloc(64);
+    free(p);
+    for (int i = 0; i < 20; i++)
+        free(others[i]);
+    free(launder(p));
+}
+
+static void case_double_free_large_between(void) {
+    void *p = malloc(100000), *q = malloc(100000);
+    memset(p, 0, 100000);
+    free(p);
+    free(q);
+    free(launder(p));
+}
+
+static void *free_twice(void *p) {
+    free(p);
+    free(launder(p));
+    return NULL;
+}
+
+static void case_double_free_other_thread(void) {
+    void *p = malloc(48), *keep = malloc(48); /* keep: the page stays in use */
+    memset(p, 0, 48);
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_twice, p) == 0) pthread_join(t, NULL);
+    free(keep);
+}
+
+/* Frees p and overwrites its first word (where a free list keeps its link)
+ * with `forged`, then allocates the same size twice, as a use-after-free
+ * exploit does to get `forged` back from malloc. */
+static void write_after_free(size_t size, uintptr_t forged) {
+    char *p = malloc(size), *q = malloc(size);
+    memset(p, 0, size);
+    free(q);
+    free(p);
+    memcpy(launder(p), &forged, sizeof forged);
+    void *a = malloc(size);
+    void *b = malloc(size); /* the forged pointer, were the link believed */
+    memset(b, 0x41, size);
+    free(a);
+}
+
+static void case_link_zeroed(void) {
+    write_after_free(48, 0);
+}
+
+static void case_link_to_stack(void) {
+    _Alignas(64) char buf[256];
+    write_after_free(48, (uintptr_t)(buf + 64));
+}
+
+static void case_link_to_other_mapping(void) {
+    char *huge = malloc((size_t)8 << 20);
+    write_after_free(48, (uintptr_t)(huge + 4096));
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -123,6 +197,16 @@ static const struct {
     {"double free of a 64 MiB block", case_double_free_huge, 1, "free(): "},
     {"free of a pointer into a 64 MiB block", case_middle_huge, 1, "free(): "},
     {"realloc of a freed block", case_realloc_freed, 1, "realloc(): "},
+    {"double free with a free in between", case_double_free_between, 1, "free(): "},
+    {"double free 20 frees later", case_double_free_20_later, 1, "free(): "},
+    {"double free of a large block, a free in between", case_double_free_large_between, 1,
+     "free(): "},
+    {"double free from another thread", case_double_free_other_thread, 1, "free(): "},
+    {"write after free: link zeroed", case_link_zeroed, 1, "malloc(): corrupted free list"},
+    {"write after free: link to the stack", case_link_to_stack, 1,
+     "malloc(): corrupted free list"},
+    {"write after free: link to another mapping", case_link_to_other_mapping, 1,
+     "malloc(): corrupted free list"},
 };
 
 int main(void) {
