@@ -20,10 +20,11 @@ static inline struct page *page_of_block(void *p, const char *message) {
     if (!CHECKS_ON) return page;
     if (unlikely(offset >= page->area_size)) report_invalid_pointer(message);
     /* offset is a multiple of the block size iff the low 40 bits of
-     * offset * ceil(2^40 / size) stay below that reciprocal (offset < 2^20). */
+     * offset * r, r = floor(2^40 / size) + 1, stay below r (offset < 2^22).
+     * The page keeps r << 24, so the product arrives shifted left by 24 and
+     * the low 40 bits are its top ones: no mask to apply. */
     uint64_t product = (uint64_t)offset * page->block_size_inverse;
-    if (unlikely((product & (((uint64_t)1 << 40) - 1)) >= page->block_size_inverse))
-        report_invalid_pointer(message);
+    if (unlikely(product >= page->block_size_inverse)) report_invalid_pointer(message);
     return page;
 }
 

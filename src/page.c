@@ -7,7 +7,12 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     size_t area = (size_t)page->slice_count << SLICE_SHIFT;
     page->class_index = (uint8_t)class_index;
     page->block_size = (uint32_t)block_size;
-    page->block_size_inverse = (((uint64_t)1 << 40) / block_size) + 1;
+    /* A large page's one block starts at offset 0, and 1 accepts only 0: the
+     * reciprocal is exact for offsets below 2^40 / block_size (every class
+     * page), not for all of a 2 MiB block (1 MiB blocks accepted offset
+     * size - 1). */
+    page->block_size_inverse =
+        class_index == LARGE_CLASS ? 1 : ((((uint64_t)1 << 40) / block_size) + 1) << 24;
     page->reserved = (uint32_t)(area / block_size);
     page->area_size = (uint32_t)(page->reserved * block_size);
     page->capacity = 0;

@@ -13,6 +13,7 @@
  * free from another thread, and free-list corruption by a write after free
  * (the link zeroed, or pointed at the stack or at another mapping): the next
  * malloc of that size must abort instead of returning the forged block. */
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -100,6 +101,16 @@ static void case_middle_huge(void) {
     char *p = malloc((size_t)64 << 20);
     memset(p, 0, (size_t)1 << 20);
     free(launder(p + (1 << 20)));
+}
+
+/* A 1 MiB block below the mmap threshold sits in a run of slices; a pointer
+ * to its last byte is not a block start. */
+static void case_middle_large(void) {
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    char *p = malloc(1100000);
+    memset(p, 0, 1100000);
+    size_t usable = malloc_usable_size(p);
+    free(launder(p + usable - 1));
 }
 
 static void case_realloc_freed(void) {
@@ -196,6 +207,7 @@ static const struct {
     {"double free of a 100000-byte block", case_double_free_large, 1, "free(): "},
     {"double free of a 64 MiB block", case_double_free_huge, 1, "free(): "},
     {"free of a pointer into a 64 MiB block", case_middle_huge, 1, "free(): "},
+    {"free of the last byte of a 1 MiB block", case_middle_large, 1, "free(): "},
     {"realloc of a freed block", case_realloc_freed, 1, "realloc(): "},
     {"double free with a free in between", case_double_free_between, 1, "free(): "},
     {"double free 20 frees later", case_double_free_20_later, 1, "free(): "},
