@@ -5,8 +5,11 @@ BUILD   ?= build
 VERSION := 0.1.0
 SONAME  := libtidemalloc.so.0
 WARN    := -Wall -Wextra -Werror
+# -fno-tree-slp-vectorize: gcc merged free's two stores into the block (link
+# and free mark) through an SSE register, 4 instructions for 2 (churn -5%).
 CFLAGS_LIB := -std=c11 -O2 -g $(WARN) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
-              -fno-builtin -fno-stack-protector -fno-plt -Iinclude -Isrc $(EXTRA_CFLAGS)
+              -fno-builtin -fno-stack-protector -fno-plt -fno-tree-slp-vectorize -Iinclude -Isrc \
+              $(EXTRA_CFLAGS)
 LDFLAGS_LIB := -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--version-script=src/exports.map -lpthread
 
 LIB_SRCS := $(wildcard src/*.c)
