@@ -161,9 +161,10 @@ NORETURN void report_corrupt_free_list(void) INTERNAL;
  * address). A valid link stays in b's segment and never points at b itself,
  * so stored ^ LINK_KEY = next ^ b lies in [1, SEGMENT_SIZE): one subtraction
  * and one compare check it. A list ends in b ^ LINK_KEY (next = NULL). The
- * key's top bit makes a zeroed link, a small number or any user pointer
- * written over a link fail the check. */
-#define LINK_KEY 0xd6a4000000000000ull
+ * key's top bits make a zeroed link, a small number or any user pointer
+ * written over a link fail the check; it is a sign-extended 32-bit immediate,
+ * so applying it takes one xor, no 64-bit constant load. */
+#define LINK_KEY 0xffffffffd6a40000ull
 
 static inline struct block *block_link_decode(const struct block *b) { /* unchecked */
     if (!CHECKS_ON) return (struct block *)b->next_encoded;
