@@ -19,7 +19,7 @@ static inline void *malloc_inline(size_t size) {
         struct page *page = heap->pages_direct[size_class_of(size)];
         struct block *b = page->free;
         if (likely(b != NULL)) {
-            page->free = block_next_prefetched(b);
+            page->free = block_next(b, true);
             page->used++;
             b->free_key = 0;
             return b;

@@ -20,9 +20,10 @@ static inline struct page *page_of_block(void *p, const char *message) {
     if (!CHECKS_ON) return page;
     if (unlikely(offset >= page->area_size)) report_invalid_pointer(message);
     /* offset is a multiple of the block size iff the low 40 bits of
-     * offset * r, r = floor(2^40 / size) + 1, stay below r (offset < 2^22).
-     * The page keeps r << 24, so the product arrives shifted left by 24 and
-     * the low 40 bits are its top ones: no mask to apply. */
+     * offset * r, r = floor(2^40 / size) + 1, stay below r: exact for every
+     * offset of a class page (page_init gives a large page 1, which accepts
+     * only 0). The page keeps r << 24, so the product arrives shifted left by
+     * 24 and the low 40 bits are its top ones: no mask to apply. */
     uint64_t product = (uint64_t)offset * page->block_size_inverse;
     if (unlikely(product >= page->block_size_inverse)) report_invalid_pointer(message);
     return page;

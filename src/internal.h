@@ -181,29 +181,26 @@ static inline struct block *block_link_end(const struct block *b, uintptr_t delt
     if (delta != (uintptr_t)b) report_corrupt_free_list();
     return NULL;
 }
-/* The block after b on a free list, checked; NULL at the end. */
-static inline struct block *block_next_checked(const struct block *b) {
-    if (!CHECKS_ON) return (struct block *)b->next_encoded;
-    uintptr_t delta = b->next_encoded ^ LINK_KEY; /* next ^ b */
-    if (likely(delta - 1 < SEGMENT_SIZE - 1)) return (struct block *)(delta ^ (uintptr_t)b);
-    return block_link_end(b, delta);
-}
-/* The same, and the next block's line is fetched: the next malloc of the
- * class reads its link (a block another core freed is a miss). Never NULL:
- * prefetching it costs a page walk. */
-static inline struct block *block_next_prefetched(const struct block *b) {
+/* The block after b on a free list, checked; NULL at the end. With
+ * `prefetch`, the next block's line is fetched too: the next malloc of the
+ * class reads its link (a block another core freed is a miss); NULL is never
+ * prefetched, since that costs a page walk. */
+static inline struct block *block_next(const struct block *b, bool prefetch) {
     if (!CHECKS_ON) {
         struct block *next = (struct block *)b->next_encoded;
-        __builtin_prefetch(next != NULL ? next : b);
+        if (prefetch) __builtin_prefetch(next != NULL ? next : b);
         return next;
     }
-    uintptr_t delta = b->next_encoded ^ LINK_KEY;
+    uintptr_t delta = b->next_encoded ^ LINK_KEY; /* next ^ b */
     if (likely(delta - 1 < SEGMENT_SIZE - 1)) {
         struct block *next = (struct block *)(delta ^ (uintptr_t)b);
-        __builtin_prefetch(next);
+        if (prefetch) __builtin_prefetch(next); /* not NULL: it shares b's segment */
         return next;
     }
     return block_link_end(b, delta);
+}
+static inline struct block *block_next_checked(const struct block *b) {
+    return block_next(b, false);
 }
 
 /* page->thread_free: list head (a user-space pointer: 47 bits) and length. */
