@@ -18,6 +18,7 @@ root=${TIDEMALLOC_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root" || exit 0
 lib=${TIDEMALLOC_LIB:-$root/build/libtidemalloc.so}
 bdir=$root/build/hardening
+. "$root/tests/report.sh"
 fuzz_runs=${HARDENING_FUZZ_RUNS:-15000}
 soak_time=${HARDENING_SOAK_TIME:-30}
 san_ops=${HARDENING_SAN_OPS:-20000}
@@ -33,15 +34,7 @@ run() {
   shift 2
   (timeout -k 5 "$tmo" "$@" >"$log" 2>&1 </dev/null; exit $?) 2>/dev/null
   local rc=$?
-  if [ $rc -eq 0 ]; then
-    echo "PASS $name"
-  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    echo "FAIL $name timed out after ${tmo}s $(tail -2 "$log" | tr '\n' ' ' | cut -c1-200)"
-  elif [ $rc -gt 128 ]; then
-    echo "FAIL $name killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null)) $(why "$log") $(tail -1 "$log" | cut -c1-200)"
-  else
-    echo "FAIL $name exit $rc: $(why "$log")"
-  fi
+  report_result "$name" "$rc" "$tmo" "$(why "$log") $(tail -1 "$log" | cut -c1-200)"
 }
 
 # ---- programs run with the library preloaded ----

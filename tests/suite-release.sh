@@ -15,6 +15,7 @@ lib=${TIDEMALLOC_LIB:-$root/build/libtidemalloc.so}
 tmo=${TEST_TIMEOUT:-120}
 filter=${TEST_FILTER:-}
 bdir=$root/build/release
+. "$root/tests/report.sh"
 
 if ! out=$(make -s release-tests 2>&1); then
   echo "FAIL release-build make release-tests failed: $(echo "$out" | grep -m1 -E 'error|Error' || echo "$out" | tail -1)"
@@ -43,17 +44,8 @@ run() {
   local rc=$?
   local figures; figures=$(grep -m1 '^FIGURES ' "$log" | cut -c9-)
   local why; why=$(grep -v -e '^FIGURES ' -e '^SKIP ' "$log" | tr '\n' ' ' | cut -c1-300)
-  if [ $rc -eq 0 ]; then
-    echo "PASS $name ${figures}"
-  elif [ $rc -eq 77 ]; then
-    echo "SKIP $name $(grep -m1 '^SKIP ' "$log" | cut -c6-300)"
-  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    echo "FAIL $name timed out after ${tmo}s ${why}"
-  elif [ $rc -gt 128 ]; then
-    echo "FAIL $name killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null)) ${why}"
-  else
-    echo "FAIL $name exit $rc: ${why}[${figures}]"
-  fi
+  report_result "$name" "$rc" "$tmo" "${why}[${figures}]" "$figures" \
+    "$(grep -m1 '^SKIP ' "$log" | cut -c6-300)"
   rm -f "$log"
 }
 

@@ -15,6 +15,7 @@ preload=${TEST_PRELOAD-$lib_default}
 tmo=${TEST_TIMEOUT:-120}
 filter=${TEST_FILTER:-}
 bdir=$root/build/tests
+. "$root/tests/report.sh"
 
 if ! out=$(make -s unit-tests 2>&1); then
   echo "FAIL unit-build make unit-tests failed: $(echo "$out" | grep -m1 -E 'error|Error' || echo "$out" | tail -1)"
@@ -47,17 +48,7 @@ for t in "$bdir"/test_*; do
       timeout -k 5 "$tmo" env ${preload:+LD_PRELOAD=$preload} "$t" >"$log" 2>&1 </dev/null
     echo $?; } 2>/dev/null )
   why=$(grep -v '^SKIP ' "$log" | tr '\n' ' ' | cut -c1-300)
-  if [ $rc -eq 0 ]; then
-    echo "PASS $name"
-  elif [ $rc -eq 77 ]; then
-    echo "SKIP $name $(grep -m1 '^SKIP ' "$log" | cut -c6-300)"
-  elif [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
-    echo "FAIL $name timed out after ${tmo}s ${why}"
-  elif [ $rc -gt 128 ]; then
-    echo "FAIL $name killed by signal $((rc - 128)) ($(kill -l $((rc - 128)) 2>/dev/null)) ${why}"
-  else
-    echo "FAIL $name exit $rc: ${why}"
-  fi
+  report_result "$name" "$rc" "$tmo" "$why" "" "$(grep -m1 '^SKIP ' "$log" | cut -c6-300)"
   rm -f "$log"
 done
 exit 0

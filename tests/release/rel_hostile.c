@@ -12,7 +12,6 @@
  * policy's doing. The test counts those frees (huge_blocks rises on their
  * malloc) and asserts on the release syscalls beyond them; it reports both.
  *   rel_hostile [iterations]   (default 200000) */
-#include <pthread.h>
 
 #include "release.h"
 
@@ -41,23 +40,18 @@ static void *worker(void *arg) {
 int main(int argc, char **argv) {
     if (argc > 1) iterations = strtol(argv[1], NULL, 10);
     REL_CHECK(iterations > 0, "bad iteration count");
-    struct tidemalloc_stats s0 = rel_stats();
-    pthread_t t;
-    REL_CHECK(pthread_create(&t, NULL, worker, NULL) == 0, "pthread_create failed");
-    REL_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
-    struct tidemalloc_stats s1 = rel_stats();
-    uint64_t munmaps = s1.munmap_calls - s0.munmap_calls;
-    uint64_t madvises = s1.madvise_calls - s0.madvise_calls;
+    struct rel_syscalls d = rel_syscalls_in_thread(worker);
+    uint64_t munmaps = d.munmap, madvises = d.madvise;
     uint64_t release = munmaps + madvises;
     uint64_t policy = release > direct_frees ? release - direct_frees : 0;
     uint64_t limit = (uint64_t)iterations / 20;
     REL_FIGURES("iterations=%ld frees=%ld direct_mapped_frees=%llu mmap=%llu munmap=%llu "
                 "madvise=%llu release=%llu policy_release=%llu purge_runs=%llu limit=%llu",
                 iterations, iterations, (unsigned long long)direct_frees,
-                (unsigned long long)(s1.mmap_calls - s0.mmap_calls), (unsigned long long)munmaps,
+                (unsigned long long)d.mmap, (unsigned long long)munmaps,
                 (unsigned long long)madvises, (unsigned long long)release,
                 (unsigned long long)policy,
-                (unsigned long long)(s1.purge_runs - s0.purge_runs), (unsigned long long)limit);
+                (unsigned long long)d.purge_runs, (unsigned long long)limit);
     REL_CHECK(policy < limit,
               "%llu release syscalls by the release policy (munmap %llu + madvise %llu - %llu "
               "direct-mapping frees) for %ld frees; limit %llu",

@@ -4,7 +4,6 @@
  * seed counted 13,438 for patched glibc. Runs in a created thread, like the
  * seed's ebizzy, and counts from before the thread starts to after the join.
  * ROUNDS x NUM iterations in all. */
-#include <pthread.h>
 
 #include "release.h"
 
@@ -39,14 +38,9 @@ static void *worker(void *arg) {
 }
 
 int main(void) {
-    struct tidemalloc_stats before = rel_stats();
-    pthread_t t;
-    REL_CHECK(pthread_create(&t, NULL, worker, NULL) == 0, "pthread_create failed");
-    REL_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
+    struct rel_syscalls d = rel_syscalls_in_thread(worker);
     struct tidemalloc_stats after = rel_stats();
-    uint64_t munmaps = after.munmap_calls - before.munmap_calls;
-    uint64_t madvises = after.madvise_calls - before.madvise_calls;
-    uint64_t mmaps = after.mmap_calls - before.mmap_calls;
+    uint64_t munmaps = d.munmap, madvises = d.madvise, mmaps = d.mmap;
     REL_FIGURES("iterations=%d delta_mmap=%llu delta_munmap=%llu delta_madvise=%llu "
                 "total_release=%llu",
                 ITERATIONS, (unsigned long long)mmaps, (unsigned long long)munmaps,

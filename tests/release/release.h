@@ -11,6 +11,7 @@
 
 #include <dlfcn.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -119,5 +120,22 @@ static inline uint64_t rel_rand(uint64_t *state) {
         putchar('\n');                                                                             \
         fflush(stdout);                                                                            \
     } while (0)
+
+/* The allocator's syscalls while `fn` ran in a thread of its own (seed 000's
+ * storm happened in a created thread, not the main one). */
+struct rel_syscalls {
+    uint64_t mmap, munmap, madvise, purge_runs;
+};
+static inline struct rel_syscalls rel_syscalls_in_thread(void *(*fn)(void *)) {
+    struct tidemalloc_stats before = rel_stats();
+    pthread_t t;
+    REL_CHECK(pthread_create(&t, NULL, fn, NULL) == 0, "pthread_create failed");
+    REL_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
+    struct tidemalloc_stats after = rel_stats();
+    return (struct rel_syscalls){after.mmap_calls - before.mmap_calls,
+                                 after.munmap_calls - before.munmap_calls,
+                                 after.madvise_calls - before.madvise_calls,
+                                 after.purge_runs - before.purge_runs};
+}
 
 #endif
