@@ -13,19 +13,12 @@ void report_invalid_pointer(const char *message) {
 }
 
 /* The page of a pointer into our segments, after checking it is the start of
- * a block of an in-use page; NULL if the segment map does not know it. */
+ * a block of an in-use page (block_offset_valid says why one test is enough). */
 static inline struct page *page_of_block(void *p, const char *message) {
     struct page *page = page_of(segment_of(p), p);
-    uintptr_t offset = (uintptr_t)p - page->start;
-    if (!CHECKS_ON) return page;
-    if (unlikely(offset >= page->area_size)) report_invalid_pointer(message);
-    /* offset is a multiple of the block size iff the low 40 bits of
-     * offset * r, r = floor(2^40 / size) + 1, stay below r: exact for every
-     * offset of a class page (page_init gives a large page 1, which accepts
-     * only 0). The page keeps r << 24, so the product arrives shifted left by
-     * 24 and the low 40 bits are its top ones: no mask to apply. */
-    uint64_t product = (uint64_t)offset * page->block_size_inverse;
-    if (unlikely(product >= page->block_size_inverse)) report_invalid_pointer(message);
+    if (CHECKS_ON &&
+        unlikely(!block_offset_valid((uintptr_t)p - page->start, page->block_size_inverse)))
+        report_invalid_pointer(message);
     return page;
 }
 
@@ -81,7 +74,7 @@ static NOINLINE void free_outside_segments(void *p) {
     errno = saved;
 }
 
-static inline void free_inline(void *p) {
+static inline __attribute__((always_inline)) void free_inline(void *p) {
     if (unlikely(p == NULL)) return;
     if (unlikely(!segment_map_contains((uintptr_t)p))) {
         free_outside_segments(p);

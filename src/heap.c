@@ -339,7 +339,7 @@ size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) {
         struct cached_page *entry = &heap->page_cache[i];
         if (entry->clean || (uint32_t)(now - entry->freed_ms) < min_age_ms) continue;
         struct page *page = entry->page;
-        if (os_release((void *)page_start(page), page_bytes(page))) {
+        if (os_release((void *)page_slices_begin(page), page_bytes(page))) {
             entry->clean = 1;
             retained_change(page_bytes(page), false);
             released += page_bytes(page);

@@ -120,9 +120,34 @@ static inline struct segment *segment_of(const void *p) {
 static inline struct page *page_of(struct segment *segment, const void *p) {
     return segment->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)].first;
 }
-/* Block 0 of a page sits at the start of its first slice. */
+/* Address of a page's first slice (its memory starts there). */
+static inline uintptr_t page_slices_begin(const struct page *page) {
+    const struct segment *segment = segment_of(page);
+    return (uintptr_t)segment + ((uintptr_t)(page - segment->pages) << SLICE_SHIFT);
+}
+/* Block 0 of a page: after the slack that keeps the last block flush with
+ * the page's end (see block_offset_inverse). */
 static inline uintptr_t page_start(const struct page *page) {
     return page->start;
+}
+
+/* The block test of free and malloc_usable_size: p - page_start(page) is a
+ * block's offset iff offset * inverse < inverse, with, for a class page,
+ * inverse = (floor(2^40 / size) + 1) << 24. Then size * r = 2^40 + e with
+ * 0 < e <= size (r = inverse >> 24), the product is (offset * r mod 2^40) << 24,
+ * and for offset = k * size + j it is k * e + j * r: below r iff j == 0, while
+ * (k + 1) * e < r, true for every offset of a class page. A pointer in the
+ * slack before block 0 gives offset -d (0 < d <= size - 16) and a product of
+ * 2^40 - d * r >= 16 * r - e, above r: rejected too. As the last block ends
+ * at the page's end, nothing else in the page needs a range check (two loads
+ * and a branch less per free); tests/test_block_test.c checks every byte
+ * offset of every class. A large page (one block at offset 0) has inverse 1,
+ * which accepts only 0; a descriptor not in use has 0, which accepts nothing. */
+static inline uint64_t block_offset_inverse(size_t block_size) {
+    return ((((uint64_t)1 << 40) / block_size) + 1) << 24;
+}
+static inline bool block_offset_valid(uintptr_t offset, uint64_t inverse) {
+    return (uint64_t)offset * inverse < inverse;
 }
 struct segment *segment_acquire(struct heap *heap,
                                 bool allow_adopt) INTERNAL; /* new, cached or adopted */

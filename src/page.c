@@ -11,10 +11,13 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
      * reciprocal is exact for offsets below 2^40 / block_size (every class
      * page), not for all of a 2 MiB block (1 MiB blocks accepted offset
      * size - 1). */
-    page->block_size_inverse =
-        class_index == LARGE_CLASS ? 1 : ((((uint64_t)1 << 40) / block_size) + 1) << 24;
+    page->block_size_inverse = class_index == LARGE_CLASS ? 1 : block_offset_inverse(block_size);
     page->reserved = (uint32_t)(area / block_size);
     page->area_size = (uint32_t)(page->reserved * block_size);
+    /* The slack goes first: a multiple of 16 (and of any power of two that
+     * divides block_size), so alignment holds, and the last block ends at
+     * the page's end, so free needs no range check. */
+    page->start = page_slices_begin(page) + (area - page->area_size);
     page->capacity = 0;
     page->used = 0;
     page->free = NULL;

@@ -176,7 +176,6 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     struct page *page = &segment->pages[first];
     for (unsigned i = 0; i < count; i++)
         page[i].first = page;
-    page->start = (uintptr_t)segment + ((uintptr_t)first << SLICE_SHIFT);
     page->slice_count = (uint8_t)count;
     page->is_zero = was_dirty == 0;
     segment->used_pages++;
@@ -230,6 +229,7 @@ void segment_page_free(struct heap *heap, struct page *page) {
     for (unsigned i = 0; i < count; i++) {
         page[i].first = &page[i];
         page[i].area_size = 0;
+        page[i].block_size_inverse = 0; /* free() accepts no pointer into it */
         segment->slice_freed_ms[first + i] = now;
     }
     page->slice_count = 0;

@@ -50,8 +50,8 @@ struct page {
     /* Line 0: constant while the page is in use. Every free reads it, the
      * remote ones included, so nothing written per block may live here. */
     struct page *first;          /* every slice: its page's descriptor (itself when free) */
-    uintptr_t start;             /* address of block 0 */
-    uint64_t block_size_inverse; /* (floor(2^40 / block_size) + 1) << 24; 1 for a large page */
+    uintptr_t start;             /* block 0: first slice + slack, last block ends the page */
+    uint64_t block_size_inverse; /* block test (block_offset_valid): 1 large, 0 not in use */
     uint32_t block_size;         /* bytes per block */
     uint32_t area_size;          /* reserved * block_size; 0 when not in use */
     uint16_t reserved;           /* blocks that fit in the page */

@@ -38,12 +38,10 @@ fast_path_has_lock() {
     inside && /^$/ { exit }
     inside { print }' | grep -v -E 'xchg +%ax,%ax$' | grep -E '\block\b|xchg|cmpxchg' || true
 }
-for fn in malloc free_inline; do
+for fn in malloc free; do
   body=$(objdump -d --no-show-raw-insn "$so" | awk -v fn="<$fn>:" '$2 == fn {print "found"; exit}')
-  if [ -z "$body" ]; then
-    # malloc may be emitted under its alias name
-    [ "$fn" = malloc ] && fn=__libc_malloc
-  fi
+  # objdump may name the code by its alias
+  [ -z "$body" ] && fn=__libc_$fn
   found=$(fast_path_has_lock "$fn")
   lines=$(objdump -d --no-show-raw-insn "$so" | awk -v fn="<$fn>:" '$2 == fn {i=1; next} i && /^$/ {exit} i {n++} END {print n+0}')
   if [ "$lines" -eq 0 ]; then

@@ -9,7 +9,8 @@
  * the same with a forged glibc-style chunk header before the pointer (an
  * allocator with in-band headers believes it), double free of a large and of
  * a huge block, free of a pointer into a huge block, realloc of a freed
- * block, double frees with other frees in between (one, and twenty), a double
+ * block, free of a pointer into a page's slack (before its first block),
+ * double frees with other frees in between (one, and twenty), a double
  * free from another thread, and free-list corruption by a write after free
  * (the link zeroed, or pointed at the stack or at another mapping): the next
  * malloc of that size must abort instead of returning the forged block. */
@@ -113,6 +114,14 @@ static void case_middle_large(void) {
     free(launder(p + usable - 1));
 }
 
+/* A page's slack (what a 64 KiB page cannot fit of 48-byte blocks) sits
+ * before its first block, at the start of the 64 KiB slice. */
+static void case_page_slack(void) {
+    char *p = malloc(48);
+    memset(p, 0, 48);
+    free(launder((void *)((uintptr_t)p & ~(uintptr_t)0xffff)));
+}
+
 static void case_realloc_freed(void) {
     void *p = malloc(40);
     memset(p, 0, 40);
@@ -208,6 +217,7 @@ static const struct {
     {"double free of a 64 MiB block", case_double_free_huge, 1, "free(): "},
     {"free of a pointer into a 64 MiB block", case_middle_huge, 1, "free(): "},
     {"free of the last byte of a 1 MiB block", case_middle_large, 1, "free(): "},
+    {"free of a page's slack before its first block", case_page_slack, 1, "free(): "},
     {"realloc of a freed block", case_realloc_freed, 1, "realloc(): "},
     {"double free with a free in between", case_double_free_between, 1, "free(): "},
     {"double free 20 frees later", case_double_free_20_later, 1, "free(): "},

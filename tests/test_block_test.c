@@ -1,0 +1,47 @@
+/* free()'s block test (block_offset_valid in src/internal.h) against the
+ * truth, at every byte of every page geometry a size class can have: for
+ * each class and each page length of 1 to PAGE_MAX_SLICES slices, laid out
+ * as page_init does (slack first, last block flush with the page's end), the
+ * test must accept exactly the block starts. It also checks that the slack
+ * keeps every power-of-two alignment that divides the block size (memalign
+ * serves such alignments from class pages). A large page's inverse 1 and a
+ * free descriptor's 0 are checked at the offsets that matter. This is the
+ * arithmetic itself, compiled from the allocator's own header; the
+ * behaviour (an abort on a pointer into the slack) is in test_invalid_free. */
+#include "../src/internal.h"
+#include "../src/size_class.c"
+#include "common.h"
+
+int main(void) {
+    unsigned long checked = 0;
+    for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
+        size_t size = g_class_size[cls];
+        uint64_t inverse = block_offset_inverse(size);
+        for (unsigned slices = 1; slices <= PAGE_MAX_SLICES; slices++) {
+            size_t area = (size_t)slices << SLICE_SHIFT;
+            size_t blocks_bytes = area / size * size;
+            size_t slack = area - blocks_bytes;
+            for (size_t align = 16; align <= size && size % align == 0; align *= 2)
+                CHECKF(slack % align == 0, "size %zu, %u slices: slack %zu breaks %zu alignment",
+                       size, slices, slack, align);
+            for (size_t at = 0; at < area; at++) {
+                uintptr_t offset = (uintptr_t)at - slack; /* wraps before block 0 */
+                bool is_block =
+                    at >= slack && at - slack < blocks_bytes && (at - slack) % size == 0;
+                CHECKF(block_offset_valid(offset, inverse) == is_block,
+                       "size %zu, %u slices, byte %zu of the page (slack %zu): %s", size, slices,
+                       at, slack, is_block ? "block start rejected" : "accepted");
+            }
+            checked += area;
+        }
+    }
+    for (uintptr_t offset = 1; offset < LARGE_MAX; offset++)
+        CHECKF(!block_offset_valid(offset, 1), "large page: offset %zu accepted", (size_t)offset);
+    CHECK(block_offset_valid(0, 1));
+    uintptr_t probes[] = {0, 1, 16, SLICE_SIZE, (uintptr_t)-16};
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++)
+        CHECKF(!block_offset_valid(probes[i], 0), "free descriptor: offset %zu accepted",
+               (size_t)probes[i]);
+    printf("block test: %lu offsets checked\n", checked);
+    return 0;
+}
