@@ -667,7 +667,7 @@ def cmd_checks(args):
         return 2
     variants = [dict(name="checks", preload=LIB), dict(name="no checks", preload=NOCHECKS_LIB)]
     benches = [b for b in BENCHMARKS if not args.only or b["name"] in args.only]
-    reps = args.reps or 7
+    reps = args.reps or 9
     gen_dir = os.path.join(BIN, "gen")
     os.makedirs(gen_dir, exist_ok=True)
     for b in benches:
@@ -681,6 +681,7 @@ def cmd_checks(args):
     for b in benches:
         argv = fill(b["argv"], gen_dir)
         runs = {v["name"]: [] for v in variants}
+        pairs = []  # (checks, none) of one repetition: run back to back
         for rep in range(reps):
             # ABBA order: whichever runs first in a pair pays for a cold start
             for v in (variants if rep % 2 == 0 else variants[::-1]):
@@ -693,15 +694,20 @@ def cmd_checks(args):
                     log("FAILED %s with %s: %s" % (b["name"], v["name"], failure_text(r)))
                     continue
                 runs[v["name"]].append(r)
+            if len(runs["checks"]) == len(runs["no checks"]) == len(pairs) + 1:
+                pairs.append((runs["checks"][-1], runs["no checks"][-1]))
         on, off = runs["checks"], runs["no checks"]
-        if not on or not off:
+        if not pairs:
             continue
         w_on, w_off = median([r["wall"] for r in on]), median([r["wall"] for r in off])
         c_on = median([r["user"] + r["sys"] for r in on])
         c_off = median([r["user"] + r["sys"] for r in off])
-        wall_ratios.append(w_on / w_off)
-        cpu_ratios.append(c_on / c_off if c_off > 0 else float("nan"))
-        rows.append([b["name"], "%.3f" % w_on, "%.3f" % w_off, "%.3f" % (w_on / w_off),
+        # The median of each back-to-back pair's ratio: load that drifts over
+        # the run hits both builds of a pair alike, so it cancels.
+        cpu = lambda r: r["user"] + r["sys"]
+        wall_ratios.append(median([x["wall"] / y["wall"] for x, y in pairs]))
+        cpu_ratios.append(median([cpu(x) / cpu(y) for x, y in pairs if cpu(y) > 0] or [float("nan")]))
+        rows.append([b["name"], "%.3f" % w_on, "%.3f" % w_off, "%.3f" % wall_ratios[-1],
                      "%.3f" % c_on, "%.3f" % c_off, fmt(cpu_ratios[-1], "%.3f")])
     prog.end()
     elapsed = time.monotonic() - t_start
@@ -718,8 +724,9 @@ def cmd_checks(args):
         "- Method: every `make bench` benchmark with `build/libtidemalloc.so` and with "
         "`build/nochecks/libtidemalloc.so` (`make lib-nochecks`: the same sources built with "
         "`-DTIDEMALLOC_NO_CHECKS`, so no link encoding, link check, pointer validation or "
-        "double-free test), interleaved in ABBA order, %d repetitions, medians. Ratio: with checks / without "
-        "(1.03 = the checks cost 3%%). Run took %.0f s; load average (1 min) %s at the start and "
+        "double-free test), interleaved in ABBA order, %d repetitions; times are medians, a ratio is "
+        "the median over repetitions of with checks / without, the two runs of a repetition being back "
+        "to back (1.03 = the checks cost 3%%). Run took %.0f s; load average (1 min) %s at the start and "
         "%s at the end." % (reps, elapsed, load_start, loadavg()), "",
         md_table(hdr, rows), ""])
     if not args.no_doc:
