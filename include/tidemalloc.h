@@ -16,6 +16,7 @@ extern "C" {
 #define M_AGGRESSIVE_MADVISE (-9)   /* 1: give whole free pages back at once (seed 001) */
 #define M_PURGE_DELAY_MS     (-100) /* ms a free range must stay unused before release */
 #define M_BACKGROUND_PURGE   (-101) /* 1 (default): an idle process still gets memory back */
+#define M_RETAIN_PERCENT     (-102) /* free memory kept, as % of memory in use (0: no bound) */
 
 /* Counters kept since the process started. Syscall counts are those the
  * allocator itself made. */

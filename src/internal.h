@@ -40,6 +40,7 @@ struct options {
     bool background_purge;   /* a helper thread releases memory of idle processes */
     bool print_stats;        /* TIDEMALLOC_STATS=1: summary at exit */
     uint32_t purge_delay_ms; /* how long free memory stays before release */
+    uint32_t retain_percent; /* free slices kept past the threshold: % of in use (0: off) */
     int perturb;             /* MALLOC_PERTURB_ byte (0: off) */
     int check_action;        /* MALLOC_CHECK_ value; 3 turns on secure mode */
     bool secure;             /* canaries, free fill checked on reuse, guard pages */
@@ -162,7 +163,8 @@ extern struct segment *g_registry INTERNAL;
 extern struct spin_lock g_abandoned_lock INTERNAL;
 extern struct spin_lock g_segment_cache_lock INTERNAL;
 extern _Atomic uint64_t g_segment_count INTERNAL;
-extern _Atomic uint64_t g_retained_bytes INTERNAL; /* free slices not yet released */
+extern _Atomic uint64_t g_retained_bytes INTERNAL;   /* free slices not yet released */
+extern _Atomic uint64_t g_page_slice_bytes INTERNAL; /* slices taken by pages (cached ones too) */
 bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
 
 /* ---- page.c ---- */

@@ -17,6 +17,7 @@
 #define DEFAULT_MMAP_THRESHOLD_MAX ((size_t)32 << 20) /* glibc's on 64-bit */
 #define DEFAULT_MMAP_MAX           65536
 #define DEFAULT_PURGE_DELAY_MS     1000
+#define DEFAULT_RETAIN_PERCENT     33
 
 struct options g_options = {
     .trim_threshold = DEFAULT_TRIM_THRESHOLD,
@@ -28,6 +29,7 @@ struct options g_options = {
     .background_purge = true,
     .print_stats = false,
     .purge_delay_ms = DEFAULT_PURGE_DELAY_MS,
+    .retain_percent = DEFAULT_RETAIN_PERCENT,
     .perturb = 0,
     .check_action = 0,
 };
@@ -105,6 +107,10 @@ static int set_option(int param, long value) {
         if (value != 0 && value != 1) return 0;
         OPTION_SET(background_purge, value == 1);
         return 1;
+    case M_RETAIN_PERCENT:
+        if (value < 0 || value > 10000) return 0;
+        OPTION_SET(retain_percent, (uint32_t)value);
+        return 1;
     default:
         return 1; /* glibc accepts unknown parameters */
     }
@@ -169,6 +175,7 @@ static const struct tunable tunables[] = {
     {"MALLOC_AGGRESSIVE_MADVISE_", "aggressive_madvise", M_AGGRESSIVE_MADVISE},
     {"TIDEMALLOC_PURGE_DELAY_MS", NULL, M_PURGE_DELAY_MS},
     {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE},
+    {"TIDEMALLOC_RETAIN_PERCENT", NULL, M_RETAIN_PERCENT},
 };
 
 static void apply(int param, const char *value, size_t length) {

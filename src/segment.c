@@ -25,6 +25,7 @@ static unsigned segment_cache_count;  /* cache lock */
 
 _Atomic uint64_t g_segment_count;
 _Atomic uint64_t g_retained_bytes;
+_Atomic uint64_t g_page_slice_bytes;
 
 static void segment_map_set(struct segment *segment, bool present) {
     uintptr_t index = (uintptr_t)segment >> SEGMENT_SHIFT;
@@ -172,6 +173,9 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     bool now_full = segment->free_slices == 0;
     spin_unlock(&segment->lock);
     retained_add(was_dirty, false);
+    /* relaxed: a statistic and a purge trigger, as g_retained_bytes */
+    atomic_fetch_add_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
+                              memory_order_relaxed);
 
     struct page *page = &segment->pages[first];
     for (unsigned i = 0; i < count; i++)
@@ -239,6 +243,9 @@ void segment_page_free(struct heap *heap, struct page *page) {
     segment->dirty_slices |= mask;
     spin_unlock(&segment->lock);
     retained_add(mask, true);
+    /* relaxed: as in segment_take_run */
+    atomic_fetch_sub_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
+                              memory_order_relaxed);
     segment->used_pages--;
     if (segment->in_full_list) {
         list_remove(&heap->segments_full, segment);

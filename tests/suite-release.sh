@@ -107,14 +107,21 @@ strace_check seed000-mixed-defaults-strace 106 "${cfg_defaults[@]}" -- rel_seed0
 # c. malloc_trim(0) over 4 threads' heaps (100 MiB).
 run trim-own-heaps-threads-alive TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_trim own
 run trim-cross-thread-frees TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_trim cross
-run trim-threads-exited TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_trim exited
+# (the retain bound off: it would have released the exited heaps' memory already)
+run trim-threads-exited TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 -- rel_trim exited
 
 # d. Aggressive mode, no malloc_trim, no idle purger.
 run aggressive-env MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive env
 run aggressive-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive mallopt
 run aggressive-env-segments MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive env segments
 run aggressive-mallopt-segments TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive mallopt segments
-run aggressive-off-control-segments TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive off segments
+# the control keeps the 1 s delay alone: with the retain bound, freeing the
+# whole working set gives it back in the default mode too
+run aggressive-off-control-segments TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 -- rel_aggressive off segments
+
+# The bound on retained memory (M_RETAIN_PERCENT), and its control.
+run retain-bound TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound default
+run retain-bound-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound off
 
 # e. An idle process gets its memory back; the switch turns that off.
 run idle-release TIDEMALLOC_UNUSED=1 -- rel_idle release

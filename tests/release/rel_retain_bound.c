@@ -1,0 +1,79 @@
+/* The bound on retained memory (M_RETAIN_PERCENT, docs/tuning.md): free
+ * memory kept past the trim threshold may be at most a share of the memory in
+ * use (33% by default, at least 4 MiB); past that it goes back once unused
+ * for a few milliseconds, without waiting for the purge delay.
+ * Allocate 64 MiB of 4 KiB blocks and touch them, free the newest 7/8, wait
+ * 20 ms, then free one more page's worth of blocks (a page event, where the
+ * policy runs):
+ *   rel_retain_bound default  retained falls to at most 128 KiB + 4 MiB, RSS
+ *                             by at least 40 MiB, in few release syscalls;
+ *   rel_retain_bound off      mallopt(M_RETAIN_PERCENT, 0) first: the control,
+ *                             retained stays above 40 MiB (the delay holds it).
+ * Also: mallopt(M_RETAIN_PERCENT, v) refuses v < 0 and v > 10000. The suite
+ * runs it with TIDEMALLOC_BACKGROUND_PURGE=0 (the idle purger is not what is
+ * tested) and the default 1 s delay, which the test stays well within. */
+#include <malloc.h>
+#include <time.h>
+
+#include "release.h"
+
+#define BLOCK   ((size_t)4096)
+#define WORKING ((size_t)64 << 20)
+#define NBLOCKS (WORKING / BLOCK)
+
+static void *blocks[NBLOCKS + 64];
+
+static void sleep_ms(long ms) {
+    struct timespec t = {0, ms * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2 || (strcmp(argv[1], "default") != 0 && strcmp(argv[1], "off") != 0)) {
+        fprintf(stderr, "usage: rel_retain_bound default|off\n");
+        return 2;
+    }
+    int control = strcmp(argv[1], "off") == 0;
+    (void)rel_stats(); /* skips under another allocator */
+    REL_CHECK(mallopt(M_RETAIN_PERCENT, -1) == 0, "mallopt(M_RETAIN_PERCENT, -1) accepted");
+    REL_CHECK(mallopt(M_RETAIN_PERCENT, 10001) == 0, "mallopt(M_RETAIN_PERCENT, 10001) accepted");
+    REL_CHECK(mallopt(M_RETAIN_PERCENT, control ? 0 : 33) == 1, "mallopt(M_RETAIN_PERCENT) refused");
+
+    for (size_t i = 0; i < NBLOCKS; i++) {
+        blocks[i] = malloc(BLOCK);
+        REL_CHECK(blocks[i] != NULL, "malloc(4096) failed at block %zu", i);
+        rel_touch(blocks[i], BLOCK);
+    }
+    size_t rss_peak = rel_rss();
+    struct tidemalloc_stats before = rel_stats();
+    for (size_t i = NBLOCKS / 8; i < NBLOCKS; i++)
+        free(blocks[i]);
+    size_t rss_freed = rel_rss();
+    sleep_ms(20);
+    /* a page empties: the policy looks at what is retained */
+    for (size_t i = 0; i < 64; i++)
+        blocks[NBLOCKS + i] = malloc(BLOCK);
+    for (size_t i = 0; i < 64; i++)
+        free(blocks[NBLOCKS + i]);
+    struct tidemalloc_stats after = rel_stats();
+    size_t rss_after = rel_rss();
+    uint64_t release_calls = rel_release_calls(&after) - rel_release_calls(&before);
+    REL_FIGURES("mode=%s rss_peak=%.2fMiB after_free=%.2fMiB after_event=%.2fMiB "
+                "retained_after=%.2fMiB release_calls=%llu",
+                argv[1], rel_mib(rss_peak), rel_mib(rss_freed), rel_mib(rss_after),
+                rel_mib(after.bytes_retained), (unsigned long long)release_calls);
+    if (control) {
+        REL_CHECK(after.bytes_retained > ((uint64_t)40 << 20),
+                  "control: retained fell to %.2f MiB with the bound off",
+                  rel_mib(after.bytes_retained));
+    } else {
+        REL_CHECK(after.bytes_retained <= ((uint64_t)128 << 10) + ((uint64_t)4 << 20),
+                  "retained %.2f MiB, above 128 KiB + 4 MiB", rel_mib(after.bytes_retained));
+        REL_CHECK(rss_after + ((size_t)40 << 20) <= rss_freed, "RSS fell only %.2f MiB",
+                  rel_dmib(rss_freed, rss_after));
+        REL_CHECK(release_calls <= 64, "%llu release syscalls", (unsigned long long)release_calls);
+    }
+    for (size_t i = 0; i < NBLOCKS / 8; i++)
+        free(blocks[i]);
+    return 0;
+}
