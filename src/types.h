@@ -28,8 +28,11 @@
 #define SMALL_CLASS_COUNT 41                 /* classes 0..40, 16 B .. 32 KiB */
 #define SMALL_MAX         ((size_t)32 << 10) /* largest size served from a class */
 #define LARGE_CLASS       SMALL_CLASS_COUNT  /* class_index of a one-block page */
-#define LARGE_MAX         ((size_t)2 << 20)  /* largest block served from slices */
-#define PAGE_MAX_SLICES   8                  /* a class page spans at most 512 KiB */
+/* Largest block served from slices: a whole segment but its header. Blocks of
+ * 2-4 MiB then share the slices' pool with smaller ones instead of a mapping
+ * cache of their own (`large`: peak RSS 114.7 -> 108.9 MiB, same time). */
+#define LARGE_MAX       ((SLICES_PER_SEGMENT - 1) * SLICE_SIZE)
+#define PAGE_MAX_SLICES 8 /* a class page spans at most 512 KiB */
 
 #define ALIGNMENT 16 /* every block is at least 16-byte aligned, like glibc */
 
