@@ -150,8 +150,12 @@ static inline uint64_t block_offset_inverse(size_t block_size) {
 static inline bool block_offset_valid(uintptr_t offset, uint64_t inverse) {
     return (uint64_t)offset * inverse < inverse;
 }
-struct segment *segment_acquire(struct heap *heap,
-                                bool allow_adopt) INTERNAL; /* new, cached or adopted */
+enum segment_source {
+    SEGMENT_ANY,           /* an abandoned one (adopted), else a cached one, else a new one */
+    SEGMENT_CACHED_OR_NEW, /* a cached one, else a new one */
+    SEGMENT_NEW,           /* a new mapping: every slice free, nothing for a purger */
+};
+struct segment *segment_acquire(struct heap *heap, enum segment_source source) INTERNAL;
 struct page *segment_page_alloc(struct heap *heap, unsigned slices) INTERNAL;
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;

@@ -105,16 +105,18 @@ static void segment_take_ownership(struct heap *heap, struct segment *segment) {
 }
 
 /* A heap needs room: adopt an abandoned segment, reuse a cached one, or map. */
-struct segment *segment_acquire(struct heap *heap, bool allow_adopt) {
-    struct segment *segment = allow_adopt ? segment_try_adopt(heap) : NULL;
+struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
+    struct segment *segment = source == SEGMENT_ANY ? segment_try_adopt(heap) : NULL;
     if (segment) return segment;
-    spin_lock(&g_segment_cache_lock);
-    segment = segment_cache;
-    if (segment) {
-        segment_cache = segment->next;
-        segment_cache_count--;
+    if (source != SEGMENT_NEW) {
+        spin_lock(&g_segment_cache_lock);
+        segment = segment_cache;
+        if (segment) {
+            segment_cache = segment->next;
+            segment_cache_count--;
+        }
+        spin_unlock(&g_segment_cache_lock);
     }
-    spin_unlock(&g_segment_cache_lock);
     if (segment == NULL) segment = segment_create();
     if (segment == NULL) return NULL;
     segment->used_pages = 0;
@@ -215,9 +217,15 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count) {
         struct page *page = segment_take_run(heap, s, count);
         if (page) return page;
     }
-    /* An adopted segment may lack a long enough run; an empty one never does. */
-    for (int attempt = 0; attempt < 3; attempt++) {
-        struct segment *s = segment_acquire(heap, attempt < 2);
+    /* An adopted segment may lack a long enough run, and so may a cached one
+     * while a purger holds some of its slices (a pass takes them out of the
+     * free mask during its madvise; a large block can need all 63). A new
+     * one has every slice free and nothing for a purger: the last attempt
+     * maps one (the soak saw malloc(3.6 MiB) fail with ENOMEM without it). */
+    static const enum segment_source sources[] = {SEGMENT_ANY, SEGMENT_ANY, SEGMENT_CACHED_OR_NEW,
+                                                  SEGMENT_NEW};
+    for (unsigned attempt = 0; attempt < sizeof sources / sizeof sources[0]; attempt++) {
+        struct segment *s = segment_acquire(heap, sources[attempt]);
         if (s == NULL) return NULL;
         struct page *page = segment_take_run(heap, s, count);
         if (page) return page;
