@@ -172,7 +172,8 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     uint64_t was_dirty = segment->dirty_slices & mask;
     segment->free_slices &= ~mask;
     segment->dirty_slices |= mask;
-    bool now_full = segment->free_slices == 0;
+    /* slices a purger holds come back free: not full */
+    bool now_full = (segment->free_slices | segment->purging_slices) == 0;
     spin_unlock(&segment->lock);
     retained_add(was_dirty, false);
     /* relaxed: a statistic and a purge trigger, as g_retained_bytes */
@@ -185,7 +186,10 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     page->slice_count = (uint8_t)count;
     page->is_zero = was_dirty == 0;
     segment->used_pages++;
-    if (now_full) {
+    /* The flag, not a guess: an adopted segment can be on the full list
+     * already, and unlinking it from the avail list instead left a dangling
+     * head once it was released (malloc_trim under load: heap corruption). */
+    if (now_full && !segment->in_full_list) {
         list_remove(&heap->segments_avail, segment);
         list_push(&heap->segments_full, segment);
         segment->in_full_list = 1;
@@ -395,7 +399,7 @@ struct segment *segment_try_adopt(struct heap *heap) {
     while ((segment = abandoned_pop()) != NULL) {
         segment_take_ownership(heap, segment);
         spin_lock(&segment->lock);
-        bool full = segment->free_slices == 0;
+        bool full = (segment->free_slices | segment->purging_slices) == 0;
         spin_unlock(&segment->lock);
         if (full) {
             list_remove(&heap->segments_avail, segment);
