@@ -36,18 +36,10 @@ static uint64_t retain_limit(void) {
     return limit < OPTION(trim_threshold) ? UINT64_MAX : limit;
 }
 
-static bool purge_pass_down_to(uint32_t now, uint32_t min_age_ms, bool everything, uint64_t target);
-
 /* Releases what has been free for min_age_ms (everything: also the cached
- * segments and mappings). Returns true if anything went back. */
-static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything) {
-    return purge_pass_down_to(now, min_age_ms, everything, 0);
-}
-
-/* The same, stopping between segments once retained slices are at most
- * `target` bytes (0: no stop). */
-static bool purge_pass_down_to(uint32_t now, uint32_t min_age_ms, bool everything,
-                               uint64_t target) {
+ * segments and mappings), stopping between segments once retained slices are
+ * at most `target` bytes (0: no stop). Returns true if anything went back. */
+static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything, uint64_t target) {
     size_t released = 0;
     spin_lock(&g_registry_lock);
     for (struct segment *s = g_registry; s; s = s->all_next) {
@@ -95,7 +87,7 @@ static int purger_main(void *unused) {
             spin_lock(&g_purge_lock);
             uint32_t now = clock_ms();
             atomic_store_explicit(&last_pass_ms, now, memory_order_relaxed); /* a hint */
-            bool any = purge_pass(now, delay, false);
+            bool any = purge_pass(now, delay, false, 0);
             spin_unlock(&g_purge_lock);
             idle = any ? 0 : idle + 1;
         }
@@ -197,7 +189,7 @@ void purge_after_free(void) {
     if ((uint32_t)(now - last_pressure) >= PRESSURE_INTERVAL_MS && over_retain_bound(&target) &&
         spin_try_lock(&g_purge_lock)) {
         atomic_store_explicit(&last_pressure_pass_ms, now, memory_order_relaxed);
-        purge_pass_down_to(now, PRESSURE_MIN_AGE_MS, false, target);
+        purge_pass(now, PRESSURE_MIN_AGE_MS, false, target);
         spin_unlock(&g_purge_lock);
     }
     uint32_t delay = OPTION(purge_delay_ms);
@@ -206,7 +198,7 @@ void purge_after_free(void) {
     uint32_t last = atomic_load_explicit(&last_pass_ms, memory_order_relaxed);
     if ((uint32_t)(now - last) >= interval && spin_try_lock(&g_purge_lock)) {
         atomic_store_explicit(&last_pass_ms, now, memory_order_relaxed);
-        purge_pass(now, delay, false);
+        purge_pass(now, delay, false, 0);
         spin_unlock(&g_purge_lock);
     }
     if (retained_total() > retain_limit()) purger_wake();
@@ -215,7 +207,7 @@ void purge_after_free(void) {
 bool purge_everything(size_t pad) {
     if (retained_total() <= pad) return false;
     spin_lock(&g_purge_lock);
-    bool any = purge_pass(clock_ms(), 0, true);
+    bool any = purge_pass(clock_ms(), 0, true, 0);
     spin_unlock(&g_purge_lock);
     return any;
 }

@@ -130,12 +130,17 @@ static void case_realloc_freed(void) {
     free(q);
 }
 
-static void case_double_free_between(void) {
-    void *p = malloc(32), *q = malloc(32);
-    memset(p, 0, 32);
+/* p freed, another block of its size freed, then p again. */
+static void double_free_with_one_between(size_t size) {
+    void *p = malloc(size), *q = malloc(size);
+    memset(p, 0, size);
     free(p);
     free(q);
     free(launder(p));
+}
+
+static void case_double_free_between(void) {
+    double_free_with_one_between(32);
 }
 
 static void case_double_free_20_later(void) {
@@ -150,11 +155,7 @@ static void case_double_free_20_later(void) {
 }
 
 static void case_double_free_large_between(void) {
-    void *p = malloc(100000), *q = malloc(100000);
-    memset(p, 0, 100000);
-    free(p);
-    free(q);
-    free(launder(p));
+    double_free_with_one_between(100000);
 }
 
 static void *free_twice(void *p) {
