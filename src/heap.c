@@ -172,19 +172,27 @@ static void heap_thread_exit(void *arg) {
     t_heap = &g_empty_heap;
     heap_collect(heap, true);
     page_cache_flush(heap, true);
-    /* Pages still in use (blocks other threads hold) stay in their segments,
-     * which other threads adopt; empty segments go back to the cache. */
-    struct segment *lists[2] = {heap->segments_avail, heap->segments_full};
+    /* Empty segments go back to the cache first, while the lists are whole:
+     * unlinking one whose neighbour was already abandoned wrote into the
+     * abandoned list, or into the list of a heap that had adopted the
+     * neighbour meanwhile: segments were lost, or owned twice (heap
+     * corruption under load, and memory never given back). */
+    struct segment **lists[2] = {&heap->segments_avail, &heap->segments_full};
     for (int l = 0; l < 2; l++) {
-        for (struct segment *s = lists[l], *next; s; s = next) {
+        for (struct segment *s = *lists[l], *next; s; s = next) {
             next = s->next;
-            if (s->used_pages == 0) {
-                segment_release_empty(heap, s);
-            } else {
-                s->next = s->prev = NULL;
-                segment_abandon(s);
-            }
+            if (s->used_pages == 0) segment_release_empty(heap, s);
         }
+    }
+    /* Pages still in use (blocks other threads hold) stay in their segments,
+     * which other threads adopt. */
+    for (int l = 0; l < 2; l++) {
+        for (struct segment *s = *lists[l], *next; s; s = next) {
+            next = s->next;
+            s->next = s->prev = NULL;
+            segment_abandon(s);
+        }
+        *lists[l] = NULL;
     }
     spin_lock(&g_heaps_lock);
     if (heap->prev_heap)
