@@ -362,7 +362,7 @@ size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) {
 static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
     bool reusable = false;
     struct page *page = page_cache_take(heap, cls, g_class_slices[cls], &reusable);
-    if (page == NULL) page = segment_page_alloc(heap, g_class_slices[cls]);
+    if (page == NULL) page = segment_page_alloc(heap, g_class_slices[cls], cls);
     if (page == NULL) return NULL;
     if (!reusable) {
         page_init(page, cls, g_class_size[cls]);
@@ -426,7 +426,7 @@ void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
 static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
     /* Straight from the segment, where freed large pages went (heap_page_empty). */
-    struct page *page = segment_page_alloc(heap, slices);
+    struct page *page = segment_page_alloc(heap, slices, LARGE_CLASS);
     if (page == NULL) return NULL;
     page_init(page, LARGE_CLASS, (size_t)slices << SLICE_SHIFT);
     page->capacity = 1;

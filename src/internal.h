@@ -156,7 +156,8 @@ enum segment_source {
     SEGMENT_NEW,           /* a new mapping: every slice free, nothing for a purger */
 };
 struct segment *segment_acquire(struct heap *heap, enum segment_source source) INTERNAL;
-struct page *segment_page_alloc(struct heap *heap, unsigned slices) INTERNAL;
+/* cls: the size class of the page, or LARGE_CLASS */
+struct page *segment_page_alloc(struct heap *heap, unsigned slices, unsigned cls) INTERNAL;
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;
 struct segment *segment_try_adopt(struct heap *heap) INTERNAL;

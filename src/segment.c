@@ -128,42 +128,64 @@ static uint64_t run_mask(unsigned first, unsigned count) {
     return (count >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << count) - 1)) << first;
 }
 
-/* The run of `count` free slices that holds the most resident (dirty) ones,
- * the lowest among equals; -1 if there is none. Taking clean slices while
- * dirty ones stay free would fault in new memory while resident memory
- * idles: with the lowest run starting on a dirty slice instead, `large` took
- * 4409 clean slices while enough dirty ones were free (RSS 120 MiB against
- * glibc's 84). *dirty_count: the dirty slices in the run. */
-static int find_free_run(uint64_t free_mask, uint64_t dirty, unsigned count,
-                         unsigned *dirty_count) {
+/* Where a page of `count` slices goes in a segment: the run of free slices
+ * that holds the most resident (dirty) ones, the lowest among equals. Taking
+ * clean slices while dirty ones stay free would fault in new memory while
+ * resident memory idles: with the lowest run starting on a dirty slice
+ * instead, `large` took 4409 clean slices while enough dirty ones were free
+ * (RSS 120 MiB against glibc's 84). A one-slice class page prefers a dirty
+ * slice that last held a page of its class: the blocks fall where they fell
+ * before, so the OS pages it touches are those already resident (threads
+ * that come and go otherwise spread every class over every slice in turn:
+ * threadchurn's RSS grew with the waves). */
+struct run_choice {
+    int first;       /* first slice, -1 if no run fits */
+    unsigned dirty;  /* dirty slices in the run */
+    bool same_class; /* one slice that last held a page of the class asked for */
+};
+
+static struct run_choice find_free_run(const struct segment *segment, unsigned count,
+                                       unsigned cls) {
+    uint64_t free_mask = segment->free_slices, dirty = segment->dirty_slices & free_mask;
+    struct run_choice choice = {-1, 0, false};
     uint64_t starts = free_mask;
     for (unsigned i = 1; i < count && starts; i++)
         starts &= free_mask >> i;
-    *dirty_count = 0;
-    if (starts == 0) return -1;
-    dirty &= free_mask;
-    if (dirty == 0) return __builtin_ctzll(starts);
-    if (count == 1) {
-        *dirty_count = 1;
-        return __builtin_ctzll(dirty);
+    if (starts == 0) return choice;
+    if (dirty == 0) {
+        choice.first = __builtin_ctzll(starts);
+        return choice;
     }
-    int best = -1;
+    if (count == 1) {
+        choice.first = __builtin_ctzll(dirty);
+        choice.dirty = 1;
+        if (cls == LARGE_CLASS) return choice;
+        for (uint64_t rest = dirty; rest; rest &= rest - 1) {
+            unsigned i = (unsigned)__builtin_ctzll(rest);
+            if (segment->pages[i].class_index == cls) {
+                choice.first = (int)i;
+                choice.same_class = true;
+                break;
+            }
+        }
+        return choice;
+    }
     for (uint64_t rest = starts; rest; rest &= rest - 1) {
         unsigned first = (unsigned)__builtin_ctzll(rest);
         unsigned n = (unsigned)__builtin_popcountll(dirty & run_mask(first, count));
-        if (best < 0 || n > *dirty_count) {
-            best = (int)first;
-            *dirty_count = n;
+        if (choice.first < 0 || n > choice.dirty) {
+            choice.first = (int)first;
+            choice.dirty = n;
             if (n == count) break;
         }
     }
-    return best;
+    return choice;
 }
 
-static struct page *segment_take_run(struct heap *heap, struct segment *segment, unsigned count) {
+static struct page *segment_take_run(struct heap *heap, struct segment *segment, unsigned count,
+                                     unsigned cls) {
     spin_lock(&segment->lock);
-    unsigned dirty_count;
-    int first = find_free_run(segment->free_slices, segment->dirty_slices, count, &dirty_count);
+    int first = find_free_run(segment, count, cls).first;
     if (first < 0) {
         spin_unlock(&segment->lock);
         return NULL;
@@ -197,28 +219,30 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     return page;
 }
 
-struct page *segment_page_alloc(struct heap *heap, unsigned count) {
+struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls) {
     /* The owned segment whose best run is the most resident: a fully dirty
-     * run ends the search. */
+     * run of the same class, or any fully dirty run for a large page, ends
+     * the search. */
     struct segment *best = NULL;
-    unsigned best_dirty = 0;
+    struct run_choice best_run = {-1, 0, false};
     for (struct segment *s = heap->segments_avail; s; s = s->next) {
-        unsigned dirty_count;
         spin_lock(&s->lock);
-        int first = find_free_run(s->free_slices, s->dirty_slices, count, &dirty_count);
+        struct run_choice run = find_free_run(s, count, cls);
         spin_unlock(&s->lock);
-        if (first >= 0 && (best == NULL || dirty_count > best_dirty)) {
+        if (run.first >= 0 &&
+            (best == NULL || run.dirty > best_run.dirty ||
+             (run.dirty == best_run.dirty && run.same_class && !best_run.same_class))) {
             best = s;
-            best_dirty = dirty_count;
-            if (dirty_count == count) break;
+            best_run = run;
+            if (run.dirty == count && (run.same_class || cls == LARGE_CLASS)) break;
         }
     }
     if (best != NULL) {
-        struct page *page = segment_take_run(heap, best, count);
+        struct page *page = segment_take_run(heap, best, count, cls);
         if (page) return page;
     }
     for (struct segment *s = heap->segments_avail; s; s = s->next) {
-        struct page *page = segment_take_run(heap, s, count);
+        struct page *page = segment_take_run(heap, s, count, cls);
         if (page) return page;
     }
     /* An adopted segment may lack a long enough run, and so may a cached one
@@ -231,7 +255,7 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count) {
     for (unsigned attempt = 0; attempt < sizeof sources / sizeof sources[0]; attempt++) {
         struct segment *s = segment_acquire(heap, sources[attempt]);
         if (s == NULL) return NULL;
-        struct page *page = segment_take_run(heap, s, count);
+        struct page *page = segment_take_run(heap, s, count, cls);
         if (page) return page;
     }
     return NULL;
