@@ -221,10 +221,10 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
 
 struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls) {
     /* The owned segment whose best run is the most resident: a fully dirty
-     * run of the same class, or any fully dirty run for a large page, ends
-     * the search. */
+     * run (of the same class, for a one-slice class page) ends the search. */
     struct segment *best = NULL;
     struct run_choice best_run = {-1, 0, false};
+    bool class_matters = count == 1 && cls != LARGE_CLASS; /* as in find_free_run */
     for (struct segment *s = heap->segments_avail; s; s = s->next) {
         spin_lock(&s->lock);
         struct run_choice run = find_free_run(s, count, cls);
@@ -234,7 +234,7 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
              (run.dirty == best_run.dirty && run.same_class && !best_run.same_class))) {
             best = s;
             best_run = run;
-            if (run.dirty == count && (run.same_class || cls == LARGE_CLASS)) break;
+            if (run.dirty == count && (run.same_class || !class_matters)) break;
         }
     }
     if (best != NULL) {
