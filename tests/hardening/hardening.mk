@@ -4,6 +4,8 @@
 #   make fuzz        libFuzzer run of the prefixed library (FUZZ_TIME s, default 300)
 #   make soak        the stress program with the library preloaded (SOAK_TIME s, default 600)
 #   make sanitize    the multithreaded test under ThreadSanitizer and UBSan
+#   make stress      the UBSan one STRESS_RUNS times beside two CPU hogs (default 80,
+#                    about 6 minutes): stops at the first failure
 # The OOM and soak programs use $(CC) and run with $(LIB_SO) in LD_PRELOAD. The
 # fuzzer and sanitizer programs need clang: they link the library's objects,
 # compiled with -DTIDEMALLOC_PREFIX (tm_malloc...), which interpose nothing.
@@ -24,7 +26,7 @@ HARD_DEPS       := $(wildcard src/*.h) include/tidemalloc.h tests/hardening/tm_a
 HARD_BINS := $(HARD_DIR)/oom $(HARD_DIR)/soak
 HARD_SAN_BINS := $(HARD_DIR)/mt_tsan $(HARD_DIR)/mt_ubsan $(HARD_DIR)/fuzz_alloc
 
-.PHONY: hardening hardening-native hardening-clang fuzz soak sanitize
+.PHONY: hardening hardening-native hardening-clang fuzz soak sanitize stress
 hardening: hardening-native hardening-clang
 hardening-native: $(HARD_BINS)
 hardening-clang: $(HARD_SAN_BINS)
@@ -77,3 +79,7 @@ sanitize: $(HARD_DIR)/mt_tsan $(HARD_DIR)/mt_ubsan
 	TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 $(HARD_DIR)/mt_tsan stats
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(HARD_DIR)/mt_ubsan core
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(HARD_DIR)/mt_ubsan stats
+
+STRESS_RUNS ?= 80
+stress: $(HARD_DIR)/mt_ubsan
+	tests/hardening/stress-loop.sh $(HARD_DIR)/mt_ubsan $(STRESS_RUNS)
