@@ -150,10 +150,20 @@ static void purger_wake(void) {
  * blocks), or RETAIN_FLOOR if that is more. A program whose threads free in
  * bursts (mstress) otherwise holds, for the whole purge delay, one idle pool
  * per heap: 25 MiB peak RSS for 8 MB live, against 18 MiB with the bound.
- * The huge-block cache has its own cap (huge.c): its mappings are reused
- * whole, and releasing them early cost `large` half its time again. */
-#define RETAIN_FLOOR ((uint64_t)4 << 20)
-static bool over_retain_bound(uint64_t *target) {
+ * With a single heap, every free slice is that heap's to reuse, and the use
+ * counted is its highest over the last PEAK_WINDOW_MS: trimming the troughs
+ * of a program whose use swings (`large`) only had it fault the memory back
+ * at the next crest (174 MB released in 0.5 s, 102k faults against
+ * tcmalloc's 28k); with the recent peak it runs 20-25% faster for 2% more
+ * peak RSS. With several heaps, each can reuse only its own slices, and the
+ * recent peak cost mstress 9% more peak RSS: the current use counts. The
+ * huge-block cache has its own cap (huge.c): its mappings are reused whole,
+ * and releasing them early cost `large` half its time again. */
+#define RETAIN_FLOOR   ((uint64_t)4 << 20)
+#define PEAK_WINDOW_MS 100
+static _Atomic uint64_t recent_peak_in_use; /* highest use seen since recent_peak_ms */
+static _Atomic uint32_t recent_peak_ms;
+static bool over_retain_bound(uint32_t now, uint64_t *target) {
     uint64_t percent = OPTION(retain_percent);
     if (percent == 0) return false;
     /* relaxed: a trigger, as in retained_total */
@@ -161,7 +171,18 @@ static bool over_retain_bound(uint64_t *target) {
     /* pages: the few a heap caches empty count as in use, a small error */
     uint64_t in_use = atomic_load_explicit(&g_page_slice_bytes, memory_order_relaxed) +
                       atomic_load_explicit(&g_huge_bytes, memory_order_relaxed);
-    uint64_t bound = in_use / 100 * percent;
+    /* relaxed: a hint; racing updates only pick one of two close peaks */
+    uint64_t peak = atomic_load_explicit(&recent_peak_in_use, memory_order_relaxed);
+    uint32_t since = atomic_load_explicit(&recent_peak_ms, memory_order_relaxed);
+    if (in_use >= peak || (uint32_t)(now - since) > PEAK_WINDOW_MS) {
+        atomic_store_explicit(&recent_peak_in_use, in_use, memory_order_relaxed);
+        atomic_store_explicit(&recent_peak_ms, now, memory_order_relaxed);
+        peak = in_use;
+    }
+    /* relaxed: a statistic; a thread starting or ending meanwhile only picks
+     * one of the two rules for this pass */
+    if (atomic_load_explicit(&g_heap_count, memory_order_relaxed) > 1) peak = in_use;
+    uint64_t bound = peak / 100 * percent;
     if (bound < RETAIN_FLOOR) bound = RETAIN_FLOOR;
     uint64_t limit = retain_limit();
     *target = limit + bound / 2; /* half the bound: room before the next pass */
@@ -186,8 +207,8 @@ void purge_after_free(void) {
     /* relaxed: rate limiting only, as below */
     uint32_t last_pressure = atomic_load_explicit(&last_pressure_pass_ms, memory_order_relaxed);
     uint64_t target;
-    if ((uint32_t)(now - last_pressure) >= PRESSURE_INTERVAL_MS && over_retain_bound(&target) &&
-        spin_try_lock(&g_purge_lock)) {
+    if ((uint32_t)(now - last_pressure) >= PRESSURE_INTERVAL_MS &&
+        over_retain_bound(now, &target) && spin_try_lock(&g_purge_lock)) {
         atomic_store_explicit(&last_pressure_pass_ms, now, memory_order_relaxed);
         purge_pass(now, PRESSURE_MIN_AGE_MS, false, target);
         spin_unlock(&g_purge_lock);
