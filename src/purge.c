@@ -171,18 +171,21 @@ static bool over_retain_bound(uint32_t now, uint64_t *target) {
     /* pages: the few a heap caches empty count as in use, a small error */
     uint64_t in_use = atomic_load_explicit(&g_page_slice_bytes, memory_order_relaxed) +
                       atomic_load_explicit(&g_huge_bytes, memory_order_relaxed);
-    /* relaxed: a hint; racing updates only pick one of two close peaks */
-    uint64_t peak = atomic_load_explicit(&recent_peak_in_use, memory_order_relaxed);
-    uint32_t since = atomic_load_explicit(&recent_peak_ms, memory_order_relaxed);
-    if (in_use >= peak || (uint32_t)(now - since) > PEAK_WINDOW_MS) {
-        atomic_store_explicit(&recent_peak_in_use, in_use, memory_order_relaxed);
-        atomic_store_explicit(&recent_peak_ms, now, memory_order_relaxed);
-        peak = in_use;
-    }
+    uint64_t basis = in_use;
     /* relaxed: a statistic; a thread starting or ending meanwhile only picks
      * one of the two rules for this pass */
-    if (atomic_load_explicit(&g_heap_count, memory_order_relaxed) > 1) peak = in_use;
-    uint64_t bound = peak / 100 * percent;
+    if (atomic_load_explicit(&g_heap_count, memory_order_relaxed) <= 1) {
+        /* relaxed: a hint; racing updates only pick one of two close peaks */
+        uint64_t peak = atomic_load_explicit(&recent_peak_in_use, memory_order_relaxed);
+        uint32_t since = atomic_load_explicit(&recent_peak_ms, memory_order_relaxed);
+        if (in_use >= peak || (uint32_t)(now - since) > PEAK_WINDOW_MS) {
+            atomic_store_explicit(&recent_peak_in_use, in_use, memory_order_relaxed);
+            atomic_store_explicit(&recent_peak_ms, now, memory_order_relaxed);
+            peak = in_use;
+        }
+        basis = peak;
+    }
+    uint64_t bound = basis / 100 * percent;
     if (bound < RETAIN_FLOOR) bound = RETAIN_FLOOR;
     uint64_t limit = retain_limit();
     *target = limit + bound / 2; /* half the bound: room before the next pass */

@@ -94,6 +94,23 @@ static void list_remove(struct segment **list, struct segment *segment) {
     segment->next = segment->prev = NULL;
 }
 
+/* No free slice left (segment lock held). Slices a purger holds come back
+ * free, so they do not count as taken. */
+static bool segment_full_locked(const struct segment *segment) {
+    return (segment->free_slices | segment->purging_slices) == 0;
+}
+
+/* An owned segment with no free slice goes to the heap's full list. The flag,
+ * not a guess, says where it is: an adopted segment can be on the full list
+ * already, and unlinking it from the avail list instead left a dangling head
+ * once it was released (malloc_trim under load: heap corruption). */
+static void segment_move_to_full(struct heap *heap, struct segment *segment) {
+    if (segment->in_full_list) return;
+    list_remove(&heap->segments_avail, segment);
+    list_push(&heap->segments_full, segment);
+    segment->in_full_list = 1;
+}
+
 static void segment_take_ownership(struct heap *heap, struct segment *segment) {
     segment->heap = heap;
     /* relaxed: other threads only compare it with their own id; a stale value
@@ -194,8 +211,7 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     uint64_t was_dirty = segment->dirty_slices & mask;
     segment->free_slices &= ~mask;
     segment->dirty_slices |= mask;
-    /* slices a purger holds come back free: not full */
-    bool now_full = (segment->free_slices | segment->purging_slices) == 0;
+    bool now_full = segment_full_locked(segment);
     spin_unlock(&segment->lock);
     retained_add(was_dirty, false);
     /* relaxed: a statistic and a purge trigger, as g_retained_bytes */
@@ -208,14 +224,7 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     page->slice_count = (uint8_t)count;
     page->is_zero = was_dirty == 0;
     segment->used_pages++;
-    /* The flag, not a guess: an adopted segment can be on the full list
-     * already, and unlinking it from the avail list instead left a dangling
-     * head once it was released (malloc_trim under load: heap corruption). */
-    if (now_full && !segment->in_full_list) {
-        list_remove(&heap->segments_avail, segment);
-        list_push(&heap->segments_full, segment);
-        segment->in_full_list = 1;
-    }
+    if (now_full) segment_move_to_full(heap, segment);
     return page;
 }
 
@@ -423,13 +432,9 @@ struct segment *segment_try_adopt(struct heap *heap) {
     while ((segment = abandoned_pop()) != NULL) {
         segment_take_ownership(heap, segment);
         spin_lock(&segment->lock);
-        bool full = (segment->free_slices | segment->purging_slices) == 0;
+        bool full = segment_full_locked(segment);
         spin_unlock(&segment->lock);
-        if (full) {
-            list_remove(&heap->segments_avail, segment);
-            list_push(&heap->segments_full, segment);
-            segment->in_full_list = 1;
-        }
+        if (full) segment_move_to_full(heap, segment);
         /* Take over its pages, collecting what other threads freed meanwhile.
          * The extra use keeps the segment from being released mid-walk. */
         segment->used_pages++;
