@@ -110,6 +110,8 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
     if (!segment_map_contains((uintptr_t)p)) {
         void *moved = huge_realloc(p, size); /* in place or mremap */
         if (moved) return moved;
+    } else if (size > usable && heap_large_grow(p, size)) {
+        return p;
     }
     void *fresh = malloc_inline(size);
     if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */

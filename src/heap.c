@@ -439,6 +439,23 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     return b;
 }
 
+/* realloc of a large block by its owner: take the free slices right after
+ * it rather than copy into a new run. The copy faulted in the new run while
+ * the old one was still resident, so peak RSS carried both. */
+bool heap_large_grow(void *p, size_t size) {
+    struct segment *segment = segment_of(p);
+    struct page *page = page_of(segment, p);
+    if (page->class_index != LARGE_CLASS || size > LARGE_MAX || g_options.checked) return false;
+    /* relaxed: as in free_inline, equal only if this thread owns it */
+    if (atomic_load_explicit(&segment->owner_id, memory_order_relaxed) != current_thread_id())
+        return false;
+    unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
+    if (!segment_page_grow(segment->heap, page, slices)) return false;
+    page->block_size = (uint32_t)slices << SLICE_SHIFT;
+    page->area_size = page->block_size;
+    return true;
+}
+
 static bool wants_direct_map(size_t size) {
     return size >= OPTION(mmap_threshold) &&
            (OPTION(mmap_max) < 0 ||

@@ -270,6 +270,35 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
     return NULL;
 }
 
+/* Grows a large page in place over the free slices right after it (owner
+ * only). False when they are not all free (or a purger holds one): the
+ * caller moves the block instead. */
+bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
+    struct segment *segment = segment_of(page);
+    unsigned first = (unsigned)(page - segment->pages), old = page->slice_count;
+    if (slices <= old || first + slices > SLICES_PER_SEGMENT) return false;
+    uint64_t mask = run_mask(first + old, slices - old);
+    spin_lock(&segment->lock);
+    if ((segment->free_slices & mask) != mask) {
+        spin_unlock(&segment->lock);
+        return false;
+    }
+    uint64_t was_dirty = segment->dirty_slices & mask;
+    segment->free_slices &= ~mask;
+    segment->dirty_slices |= mask;
+    bool now_full = segment_full_locked(segment);
+    spin_unlock(&segment->lock);
+    retained_add(was_dirty, false);
+    /* relaxed: as in segment_take_run */
+    atomic_fetch_add_explicit(&g_page_slice_bytes, (uint64_t)(slices - old) << SLICE_SHIFT,
+                              memory_order_relaxed);
+    for (unsigned i = old; i < slices; i++)
+        page[i].first = page;
+    page->slice_count = (uint8_t)slices;
+    if (now_full) segment_move_to_full(heap, segment);
+    return true;
+}
+
 void segment_page_free(struct heap *heap, struct page *page) {
     struct segment *segment = segment_of(page);
     unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;

@@ -1,0 +1,120 @@
+/* realloc of a large block (64 KiB .. 4 MiB, served from slices) by the
+ * thread that owns it grows it in place when the slices right after it are
+ * free, and moves it otherwise: when a neighbour holds them, when the block
+ * outgrows the slices (huge), or when another thread reallocs it. The
+ * contents survive every way, a neighbour is never overwritten, and a pointer
+ * into the grown part is still no block start (free aborts).
+ * Growth in place and the abort are asserted for tidemalloc only
+ * (TEST_EXPECT_TIDEMALLOC=1); with another allocator the content checks run. */
+#include <malloc.h>
+#include <pthread.h>
+#include <sys/wait.h>
+
+#include "common.h"
+
+#define KB ((size_t)1 << 10)
+#define MB ((size_t)1 << 20)
+
+static void *volatile launder_slot;
+static void *launder(void *p) {
+    launder_slot = p;
+    return launder_slot;
+}
+
+static void *grow(void *p, size_t from, size_t to, uint64_t key) {
+    void *q = realloc(p, to);
+    CHECKF(q != NULL, "realloc(%p, %zu) failed", p, to);
+    CHECKF(malloc_usable_size(q) >= to, "usable %zu < %zu", malloc_usable_size(q), to);
+    size_t bad = pat_check_k(q, from, key);
+    CHECKF(bad == (size_t)-1, "realloc %zu -> %zu (%p -> %p): byte %zu lost", from, to, p, q, bad);
+    pat_fill_k(q, to, key);
+    return q;
+}
+
+struct handoff {
+    void *p;
+    size_t size;
+};
+
+static void *realloc_elsewhere(void *arg) {
+    struct handoff *h = arg;
+    h->p = grow(h->p, h->size, h->size * 2, 7);
+    h->size *= 2;
+    return NULL;
+}
+
+/* In a child: free a pointer into the grown part of a block; must abort
+ * with "free(): invalid pointer" on stderr. */
+static void expect_interior_free_aborts(char *block, size_t offset) {
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        free(launder(block + offset));
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[256] = {0};
+    ssize_t n = read(fds[0], msg, sizeof msg - 1);
+    close(fds[0]);
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+           "free(block + %zu) after growth did not abort (status %#x)", offset, status);
+    CHECKF(n > 0 && strstr(msg, "free(): invalid pointer") != NULL, "message was: %s", msg);
+}
+
+int main(void) {
+    int tidemalloc = tm_expected();
+    /* Blocks from 128 KiB up would be mapped on their own (glibc's default
+     * threshold, until a mapped block is freed): keep them in the heap. */
+    CHECK(mallopt(M_MMAP_THRESHOLD, 16 * MB) == 1);
+
+    /* Nothing freed yet: a large block takes the lowest free slices, and
+     * those after it are free, so it grows where it is, twice. */
+    char *p = malloc(200 * KB);
+    CHECK(p != NULL);
+    pat_fill_k(p, 200 * KB, 1);
+    char *q = grow(p, 200 * KB, 600 * KB, 1);
+    if (tidemalloc) CHECKF(q == p, "200 KiB -> 600 KiB moved (%p -> %p) with free slices after it", p, q);
+    char *r = grow(q, 600 * KB, 1500 * KB, 1);
+    if (tidemalloc) CHECKF(r == q, "600 KiB -> 1.5 MiB moved (%p -> %p)", q, r);
+    if (tidemalloc) expect_interior_free_aborts(r, 1024 * KB);
+
+    /* A neighbour right after the block: growing must move it and leave the
+     * neighbour's bytes alone. */
+    char *a = malloc(200 * KB);
+    char *b = malloc(100 * KB);
+    CHECK(a != NULL && b != NULL);
+    pat_fill_k(a, 200 * KB, 2);
+    pat_fill_k(b, 100 * KB, 3);
+    a = grow(a, 200 * KB, 400 * KB, 2);
+    CHECKF(pat_check_k(b, 100 * KB, 3) == (size_t)-1, "growing a block overwrote its neighbour");
+
+    /* Out of the slices' range: becomes a huge block, contents kept. */
+    r = grow(r, 1500 * KB, 6 * MB, 1);
+
+    /* Another thread reallocs a block this thread owns. */
+    struct handoff h = {malloc(300 * KB), 300 * KB};
+    CHECK(h.p != NULL);
+    pat_fill_k(h.p, h.size, 7);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, realloc_elsewhere, &h) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(pat_check_k(h.p, h.size, 7) == (size_t)-1);
+
+    /* Shrinking a grown block, then growing it again. */
+    a = realloc(a, 90 * KB);
+    CHECK(a != NULL && pat_check_k(a, 90 * KB, 2) == (size_t)-1);
+    a = grow(a, 90 * KB, 900 * KB, 2);
+    CHECKF(pat_check_k(b, 100 * KB, 3) == (size_t)-1, "neighbour overwritten");
+
+    free(h.p);
+    free(a);
+    free(b);
+    free(r);
+    printf("realloc in place: ok\n");
+    return 0;
+}
