@@ -50,8 +50,11 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
         }
     }
     b->free_key = free_key_of(page);
-    /* relaxed load: the CAS below re-reads and validates it. */
-    uintptr_t old = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    /* No load first: guessing an empty list lets the first CAS take the
+     * line exclusive in one transfer, where a load took it shared and the CAS
+     * then needed a second (mstress: the load and the CAS were each half of
+     * free_remote's time); a wrong guess returns the value to retry with. */
+    uintptr_t old = 0;
     uintptr_t word;
     do {
         word = thread_free_push_word(old, b, b, 1);
