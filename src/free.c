@@ -54,13 +54,27 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
      * line exclusive in one transfer, where a load took it shared and the CAS
      * then needed a second (mstress: the load and the CAS were each half of
      * free_remote's time); a wrong guess returns the value to retry with. */
+    /* Read before the push: once the block is on the list, the owner may
+     * collect it, retire the page and set it up anew. */
+    uint64_t full = page->thread_free_full;
+    uint64_t page_bytes = (uint64_t)page->slice_count << SLICE_SHIFT;
     uintptr_t old = 0;
     uintptr_t word;
-    do {
+    for (;;) {
         word = thread_free_push_word(old, b, b, 1);
         /* release: the owner's acquire exchange must see the link we wrote. */
-    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &old, word,
-                                                    memory_order_release, memory_order_relaxed));
+        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &old, word,
+                                                  memory_order_release, memory_order_relaxed))
+            break;
+        /* a reclaimed page's blocks were all free already */
+        if (unlikely(old == THREAD_FREE_RECLAIMED)) fatal_error("free(): double free detected");
+    }
+    if (unlikely(word >= full)) {
+        /* every block of the page is free now, and its owner may not come
+         * back for it: count it with the retained memory (purge.c) */
+        remote_freed_page_note(page_bytes, true);
+        purge_after_free();
+    }
 }
 
 /* The block already carries the free key: verify before freeing it. A

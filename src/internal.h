@@ -160,6 +160,7 @@ struct segment *segment_acquire(struct heap *heap, enum segment_source source) I
 struct page *segment_page_alloc(struct heap *heap, unsigned slices, unsigned cls) INTERNAL;
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
 bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
+size_t segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;
 struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
 void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
@@ -171,6 +172,16 @@ extern struct spin_lock g_segment_cache_lock INTERNAL;
 extern _Atomic uint64_t g_segment_count INTERNAL;
 extern _Atomic uint64_t g_retained_bytes INTERNAL;   /* free slices not yet released */
 extern _Atomic uint64_t g_page_slice_bytes INTERNAL; /* slices taken by pages (cached ones too) */
+/* Pages whose every block that fits waits on thread_free (count == reserved):
+ * free memory their owner has not collected; reclaimable by a purger. */
+extern _Atomic uint64_t g_remote_freed_page_bytes INTERNAL;
+void remote_freed_page_note(uint64_t page_bytes, bool add) INTERNAL;
+static inline uint64_t remote_freed_page_bytes(void) {
+    /* relaxed: a trigger and a statistic. Signed: the owner's subtraction
+     * may land before the pusher's addition. */
+    int64_t bytes = (int64_t)atomic_load_explicit(&g_remote_freed_page_bytes, memory_order_relaxed);
+    return bytes > 0 ? (uint64_t)bytes : 0;
+}
 bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
 
 /* ---- page.c ---- */
@@ -235,6 +246,11 @@ static inline struct block *block_next(const struct block *b, bool prefetch) {
 static inline struct block *block_next_checked(const struct block *b) {
     return block_next(b, false);
 }
+
+/* page->thread_free of a page a purger reclaimed: every carved block had
+ * been freed by other threads and left there by its owner, and the page's
+ * memory went back to the kernel. No push makes it: a head is a block. */
+#define THREAD_FREE_RECLAIMED ((uintptr_t)1)
 
 /* page->thread_free: list head (a user-space pointer: 47 bits) and length. */
 #define THREAD_FREE_COUNT_SHIFT 48

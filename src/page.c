@@ -14,6 +14,7 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     page->block_size_inverse = class_index == LARGE_CLASS ? 1 : block_offset_inverse(block_size);
     page->reserved = (uint32_t)(area / block_size);
     page->area_size = (uint32_t)(page->reserved * block_size);
+    page->thread_free_full = (uint64_t)page->reserved << THREAD_FREE_COUNT_SHIFT;
     /* The slack goes first: a multiple of 16 (and of any power of two that
      * divides block_size), so alignment holds, and the last block ends at
      * the page's end, so free needs no range check. */
@@ -35,7 +36,20 @@ bool page_extend(struct page *page) {
     if (page->capacity == 0 && count < 16 && page->block_size < 1024) count = 16;
     uint32_t left = (uint32_t)page->reserved - page->capacity;
     if (count > left) count = left;
-    char *first = (char *)page_start(page) + (size_t)page->capacity * page->block_size;
+    /* Under the segment lock, so that a purger never reclaims a page whose
+     * blocks are being carved; one it reclaimed is reset first. */
+    struct segment *segment = segment_of(page);
+    spin_lock(&segment->lock);
+    bool reclaimed =
+        atomic_load_explicit(&page->thread_free, memory_order_relaxed) == THREAD_FREE_RECLAIMED;
+    uint32_t from = page->capacity;
+    if (!reclaimed) page->capacity = (uint16_t)(from + count);
+    spin_unlock(&segment->lock);
+    if (reclaimed) return false;
+    if (from == 0) /* reopen the block test, which a reclaimed page closed */
+        __atomic_store_n(&page->block_size_inverse, block_offset_inverse(page->block_size),
+                         __ATOMIC_RELAXED);
+    char *first = (char *)page_start(page) + (size_t)from * page->block_size;
     struct block *next = page->free;
     for (uint32_t i = count; i-- > 0;) {
         struct block *b = (struct block *)(first + (size_t)i * page->block_size);
@@ -44,7 +58,6 @@ bool page_extend(struct page *page) {
         next = b;
     }
     page->free = next;
-    page->capacity = (uint16_t)(page->capacity + count);
     return true;
 }
 
@@ -64,15 +77,36 @@ static struct block *list_tail(struct block *list, uint32_t count) {
  * empty (the usual case: the owner collects when a page runs dry); else the
  * shorter list is walked to splice them, the local one (capacity - used
  * blocks, in this core's cache) when it ties. */
+/* A purger reclaimed the page (segment_reclaim_pages): every block is free
+ * and its memory reads as zero. Taking the segment lock waits out the
+ * purger's madvise. The block test stays closed until blocks are carved
+ * again (page_extend), so a late free of an old block aborts. */
+static void page_reset_reclaimed(struct page *page) {
+    struct segment *segment = segment_of(page);
+    spin_lock(&segment->lock);
+    page->capacity = 0;
+    spin_unlock(&segment->lock);
+    page->used = 0;
+    page->free = NULL;
+    page->is_zero = 1;
+}
+
 uint32_t page_collect_remote(struct page *page) {
     /* relaxed peek: skipping an exchange when nothing is there is the common case;
      * a block pushed just after is collected next time. */
     if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == 0) return 0;
-    /* acquire: pairs with the pushers' release, so their link writes are seen. */
+    /* acquire: pairs with the pushers' release, so their link writes are seen,
+     * and with a purger's reclaim, so its madvise has begun. */
     uintptr_t word = atomic_exchange_explicit(&page->thread_free, 0, memory_order_acquire);
+    if (unlikely(word == THREAD_FREE_RECLAIMED)) {
+        page_reset_reclaimed(page);
+        return 0;
+    }
     struct block *list = thread_free_head(word);
     uint32_t count = thread_free_count(word);
     if (list == NULL) return 0;
+    if (unlikely(count == page->reserved))
+        remote_freed_page_note((uint64_t)page->slice_count << SLICE_SHIFT, false);
     if (unlikely(count == 0 || count > page->used))
         fatal_error("free(): double free detected (remote)");
     uint32_t local_count = (uint32_t)page->capacity - page->used;
@@ -95,7 +129,8 @@ void page_collect_if_empties(struct page *page) {
     /* relaxed: a hint; the count only grows until the exchange, which takes
      * at most `used` blocks, so a match here is still a match then. */
     uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    if (word != 0 && thread_free_count(word) == page->used) page_collect_remote(page);
+    if (word == THREAD_FREE_RECLAIMED || (word != 0 && thread_free_count(word) == page->used))
+        page_collect_remote(page);
 }
 
 void report_corrupt_free_list(void) {

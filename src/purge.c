@@ -28,7 +28,8 @@ static _Atomic uint32_t purger_request;         /* futex word: 1 = work waiting 
 static uint64_t retained_total(void) {
     /* relaxed: a trigger; a slightly stale total only shifts a pass a little. */
     return atomic_load_explicit(&g_retained_bytes, memory_order_relaxed) +
-           atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed);
+           atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed) +
+           remote_freed_page_bytes();
 }
 
 static uint64_t retain_limit(void) {
@@ -42,6 +43,8 @@ static uint64_t retain_limit(void) {
 static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything, uint64_t target) {
     size_t released = 0;
     spin_lock(&g_registry_lock);
+    for (struct segment *s = g_registry; s; s = s->all_next)
+        released += segment_reclaim_pages(s, now, min_age_ms);
     for (struct segment *s = g_registry; s; s = s->all_next) {
         released += segment_purge(s, now, min_age_ms);
         /* relaxed: a stopping hint */
@@ -257,11 +260,15 @@ static size_t release_remote_freed_blocks(void) {
         for (unsigned i = 1; i < SLICES_PER_SEGMENT; i++) {
             struct page *page = &s->pages[i];
             /* relaxed: a hint; the exchange below is what takes the list */
-            if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == 0) continue;
+            uintptr_t seen = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+            if (seen == 0 || seen == THREAD_FREE_RECLAIMED) continue; /* purge lock: stays so */
             uintptr_t taken = atomic_exchange_explicit(&page->thread_free, 0, memory_order_acquire);
             struct block *list = thread_free_head(taken);
             if (list == NULL) continue;
             size_t block_size = __atomic_load_n(&page->block_size, __ATOMIC_RELAXED);
+            /* read while the list is out: its blocks keep the page in use */
+            uint32_t reserved = page->reserved;
+            uint64_t page_bytes = (uint64_t)page->slice_count << SLICE_SHIFT;
             struct block *tail = list;
             for (struct block *b = list; b; b = block_link_decode(b)) {
                 uintptr_t from = ((uintptr_t)b + sizeof(struct block) + OS_PAGE_SIZE - 1) &
@@ -277,6 +284,10 @@ static size_t release_remote_freed_blocks(void) {
                 /* release: as in free_remote */
             } while (!atomic_compare_exchange_weak_explicit(
                 &page->thread_free, &old, word, memory_order_release, memory_order_relaxed));
+            /* a full list taken is put back full; pushes meanwhile may fill one */
+            bool was_full = thread_free_count(taken) == reserved;
+            if (!was_full && thread_free_count(word) == reserved)
+                remote_freed_page_note(page_bytes, true);
         }
     }
     spin_unlock(&g_registry_lock);
@@ -288,6 +299,8 @@ API int TM_NAME(malloc_trim)(size_t pad) {
     extern void heap_collect_current(void) INTERNAL;
     heap_collect_current();
     bool any = purge_everything(pad);
+    spin_lock(&g_purge_lock); /* no purger reclaims a page while its list is out */
     if (release_remote_freed_blocks() > 0) any = true;
+    spin_unlock(&g_purge_lock);
     return any ? 1 : 0;
 }

@@ -26,6 +26,18 @@ static unsigned segment_cache_count;  /* cache lock */
 _Atomic uint64_t g_segment_count;
 _Atomic uint64_t g_retained_bytes;
 _Atomic uint64_t g_page_slice_bytes;
+_Atomic uint64_t g_remote_freed_page_bytes;
+
+/* A page's thread_free reached, or lost, a count of `reserved`: the pusher
+ * that filled it, and whoever takes a full list (the owner, a purger). */
+void remote_freed_page_note(uint64_t bytes, bool add) {
+    /* relaxed: a purge trigger, as g_retained_bytes (the owner's subtraction
+     * may come first: remote_freed_page_bytes reads it as signed) */
+    if (add)
+        atomic_fetch_add_explicit(&g_remote_freed_page_bytes, bytes, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&g_remote_freed_page_bytes, bytes, memory_order_relaxed);
+}
 
 static void segment_map_set(struct segment *segment, bool present) {
     uintptr_t index = (uintptr_t)segment >> SEGMENT_SHIFT;
@@ -310,13 +322,18 @@ void segment_page_free(struct heap *heap, struct page *page) {
         page[i].block_size_inverse = 0; /* free() accepts no pointer into it */
         segment->slice_freed_ms[first + i] = now;
     }
+    /* a reclaimed page, reset and not carved again, reads as zero */
+    bool clean = page->capacity == 0;
     page->slice_count = 0;
     page->block_size = 0;
     spin_lock(&segment->lock);
     segment->free_slices |= mask;
-    segment->dirty_slices |= mask;
+    if (clean)
+        segment->dirty_slices &= ~mask;
+    else
+        segment->dirty_slices |= mask;
     spin_unlock(&segment->lock);
-    retained_add(mask, true);
+    if (!clean) retained_add(mask, true);
     /* relaxed: as in segment_take_run */
     atomic_fetch_sub_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
                               memory_order_relaxed);
@@ -385,6 +402,26 @@ bool segment_cache_trim(bool everything, uint32_t now) {
     }
 }
 
+/* Releases the slices in `mask`, one madvise per run of adjacent ones; *done:
+ * those that went back. Returns their bytes. */
+static size_t release_slice_runs(struct segment *segment, uint64_t mask, uint64_t *done) {
+    size_t released = 0;
+    *done = 0;
+    for (uint64_t m = mask; m;) {
+        unsigned first = (unsigned)__builtin_ctzll(m);
+        uint64_t rest = ~(m >> first);
+        unsigned count = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
+        uint64_t run = run_mask(first, count);
+        if (os_release((char *)segment + ((size_t)first << SLICE_SHIFT),
+                       (size_t)count << SLICE_SHIFT)) {
+            *done |= run;
+            released += (size_t)count << SLICE_SHIFT;
+        }
+        m &= ~run;
+    }
+    return released;
+}
+
 /* Releases free resident slices that have stayed free at least min_age_ms, in
  * coalesced ranges. Safe from any thread: the slices are taken out of the free
  * set while the syscall runs, so the owner cannot hand them out meanwhile.
@@ -404,26 +441,65 @@ size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms)
     spin_unlock(&segment->lock);
     if (candidates == 0) return 0;
 
-    size_t released = 0;
-    uint64_t done = 0;
-    for (uint64_t m = candidates; m;) {
-        unsigned first = (unsigned)__builtin_ctzll(m);
-        uint64_t rest = ~(m >> first);
-        unsigned count = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
-        uint64_t mask = run_mask(first, count);
-        if (os_release((char *)segment + ((size_t)first << SLICE_SHIFT),
-                       (size_t)count << SLICE_SHIFT)) {
-            done |= mask;
-            released += (size_t)count << SLICE_SHIFT;
-        }
-        m &= ~mask;
-    }
+    uint64_t done;
+    size_t released = release_slice_runs(segment, candidates, &done);
     spin_lock(&segment->lock);
     segment->free_slices |= candidates;
     segment->purging_slices &= ~candidates;
     segment->dirty_slices &= ~done;
     spin_unlock(&segment->lock);
     retained_add(done, false);
+    return released;
+}
+
+/* Reclaims the pages of the segment whose every carved block other threads
+ * freed, when their owner has left them so for min_age_ms: an owner that
+ * sleeps (larson's main thread, in pthread_join while the workers free the
+ * 4 MiB it set up) or has exited collects nothing, and the pages stayed
+ * resident for good. The purger takes the blocks (the word becomes
+ * THREAD_FREE_RECLAIMED), closes the block test and releases the memory;
+ * the owner resets the page when it next collects it. Under the segment
+ * lock: the owner changes `capacity` only under it, so a page whose list
+ * holds `capacity` blocks holds all of them, and its reset waits for the
+ * madvise. Purge lock held (reclaim_seen). */
+__attribute__((no_sanitize("thread"))) size_t
+segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) {
+    uint64_t reclaimed = 0;
+    spin_lock(&segment->lock);
+    uint64_t taken = ~(segment->free_slices | segment->purging_slices) & ~(uint64_t)1;
+    for (uint64_t m = taken; m; m &= m - 1) {
+        struct page *page = &segment->pages[__builtin_ctzll(m)];
+        /* acquire: the pushers' writes into their blocks come before the
+         * madvise that drops them */
+        uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_acquire);
+        if (word == 0 || word == THREAD_FREE_RECLAIMED) continue;
+        /* a page's first slice, in use (a retired descriptor keeps no list:
+         * its block test is closed, so nothing is pushed there) */
+        if (page->first != page || page->area_size == 0) continue;
+        if (thread_free_count(word) != page->capacity) continue;
+        if (page->reclaim_seen != word) {
+            page->reclaim_seen = word;
+            page->reclaim_seen_ms = now;
+            if (min_age_ms > 0) continue;
+        } else if ((uint32_t)(now - page->reclaim_seen_ms) < min_age_ms) {
+            continue;
+        }
+        /* acq_rel: acquire as above; release pairs with the owner's exchange */
+        if (!atomic_compare_exchange_strong_explicit(&page->thread_free, &word,
+                                                     THREAD_FREE_RECLAIMED, memory_order_acq_rel,
+                                                     memory_order_relaxed))
+            continue;
+        __atomic_store_n(&page->block_size_inverse, 0, __ATOMIC_RELAXED); /* no free() gets in */
+        if (thread_free_count(word) == page->reserved)
+            remote_freed_page_note((uint64_t)page->slice_count << SLICE_SHIFT, false);
+        /* slice_count is fixed now: no block is out to be realloc'ed */
+        reclaimed |= run_mask((unsigned)(page - segment->pages), page->slice_count);
+    }
+    /* adjacent pages in one call: reclaiming 34 MiB of 64 KiB pages one by
+     * one took 549 calls (rel_remote_reclaim), in runs 27 */
+    uint64_t done;
+    size_t released = release_slice_runs(segment, reclaimed, &done);
+    spin_unlock(&segment->lock);
     return released;
 }
 

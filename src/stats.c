@@ -20,7 +20,8 @@ API void tidemalloc_stats(struct tidemalloc_stats *out) {
     out->madvise_calls = LOAD(g_os.madvise_calls);
     out->mremap_calls = LOAD(g_os.mremap_calls);
     out->bytes_mapped = LOAD(g_os.bytes_mapped);
-    out->bytes_retained = LOAD(g_retained_bytes) + LOAD(g_huge_cached_bytes);
+    out->bytes_retained =
+        LOAD(g_retained_bytes) + LOAD(g_huge_cached_bytes) + remote_freed_page_bytes();
     out->bytes_released = LOAD(g_os.bytes_released);
     out->purge_runs = LOAD(g_os.purge_runs);
     out->huge_blocks = LOAD(g_huge_count);

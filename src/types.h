@@ -48,7 +48,11 @@ struct block {
  * every slice's `first` points to it (a free slice's to itself).
  * Invariants: used <= capacity <= reserved; blocks [0, capacity) were carved;
  * each carved block is exactly one of: handed out, on `free`, on
- * `thread_free`. area_size == 0 iff the descriptor is not an in-use page. */
+ * `thread_free`. area_size == 0 iff the descriptor is not an in-use page.
+ * `capacity` is written under the segment lock (a purger reads it there to
+ * reclaim a page whose every block waits on `thread_free`); a reclaimed page
+ * has thread_free == THREAD_FREE_RECLAIMED and block_size_inverse == 0 until
+ * its owner resets it (page_collect_remote). */
 struct page {
     /* Line 0: constant while the page is in use. Every free reads it, the
      * remote ones included, so nothing written per block may live here. */
@@ -60,7 +64,8 @@ struct page {
     uint16_t reserved;           /* blocks that fit in the page */
     uint8_t class_index;         /* size class, or LARGE_CLASS */
     uint8_t slice_count;         /* slices in this page (first slice only) */
-    char constant_padding[28];
+    uint64_t thread_free_full;   /* reserved << THREAD_FREE_COUNT_SHIFT: a list of every block */
+    char constant_padding[16];
     /* Line 1: the owner's, written by its every malloc and free. Remote
      * frees never touch it (with it on line 0, larson and mstress paid a
      * cache-line transfer per remote free and per owner write after it). */
@@ -77,7 +82,12 @@ struct page {
      * learns the count from its one exchange instead of walking blocks that
      * other cores wrote (larson: the walk was 19% of the profile). */
     _Atomic uintptr_t thread_free __attribute__((aligned(64)));
-    char remote_padding[120]; /* the descriptor is 256 bytes: indexing is a shift */
+    /* Purgers only (purge lock and segment lock): the thread_free word a pass
+     * last saw holding every carved block, and when; a page still so at a
+     * later pass, min_age_ms on, is reclaimed (segment_reclaim_pages). */
+    uintptr_t reclaim_seen;
+    uint32_t reclaim_seen_ms;
+    char remote_padding[108]; /* the descriptor is 256 bytes: indexing is a shift */
 };
 
 /* The header of a segment, at its start. Protected as stated per field.

@@ -126,6 +126,11 @@ run retain-bound-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound o
 # e. An idle process gets its memory back; the switch turns that off.
 run idle-release TIDEMALLOC_UNUSED=1 -- rel_idle release
 run idle-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_idle retain
+# Blocks other threads freed into a sleeping (or exited) thread's pages.
+run remote-freed-idle-owner TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim idle
+run remote-freed-exited-owner TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim exited
+run remote-freed-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim retain
+run remote-freed-trim TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim trim
 
 # f. Tunables.
 run tunables-mallopt-range TIDEMALLOC_UNUSED=1 -- rel_tunables range

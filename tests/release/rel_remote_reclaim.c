@@ -1,0 +1,191 @@
+/* Memory other threads freed into an idle thread's pages comes back. An
+ * owner thread allocates about 32 MiB of small blocks (16 B..1000 B) and
+ * touches them; the main thread frees them all (remote frees: they wait on
+ * the owner's pages), while the owner sleeps on a condition variable or has
+ * exited. Before, those pages stayed resident until the owner allocated
+ * again, which a sleeping thread never does.
+ *   rel_remote_reclaim idle     owner asleep; the main thread then only sleeps:
+ *                               RSS must fall to within 5 MiB of the start
+ *                               within 5 s (the purge delay is 1 s)
+ *   rel_remote_reclaim exited   the same with the owner gone before the frees
+ *                               (its segments abandoned, adopted by nobody)
+ *   rel_remote_reclaim retain   with TIDEMALLOC_BACKGROUND_PURGE=0: RSS still
+ *                               holds most of it after 3 s (the control: the
+ *                               release above is the helper's)
+ *   rel_remote_reclaim trim     owner asleep; malloc_trim(0) returns 1 and RSS
+ *                               is within 2 MiB of the start (issue 3 check
+ *                               c). Then the owner wakes and allocates the
+ *                               same again from its reclaimed pages (contents
+ *                               checked); before that, a second free of an old
+ *                               block, in a child process, aborts with a
+ *                               message. */
+#include <malloc.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#include "release.h"
+
+#define TARGET     ((size_t)32 << 20)
+#define MAX_BLOCKS (1 << 17)
+#define SLACK_IDLE ((size_t)5 << 20)
+#define SLACK_TRIM ((size_t)2 << 20)
+
+static void *blocks[MAX_BLOCKS];
+static size_t sizes[MAX_BLOCKS];
+static size_t nblocks;
+static pthread_mutex_t mutex = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t cond = PTHREAD_COND_INITIALIZER;
+static int stage; /* 1: owner allocated; 2: owner may go on; 3: owner done */
+static int exit_early;
+
+static void nap_ms(long ms) {
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&t, &t) != 0) {
+    }
+}
+
+static void set_stage(int s) {
+    pthread_mutex_lock(&mutex);
+    stage = s;
+    pthread_cond_broadcast(&cond);
+    pthread_mutex_unlock(&mutex);
+}
+
+static void wait_stage(int s) {
+    pthread_mutex_lock(&mutex);
+    while (stage < s) pthread_cond_wait(&cond, &mutex);
+    pthread_mutex_unlock(&mutex);
+}
+
+static void allocate_all(unsigned char fill) {
+    uint64_t seed = 7;
+    size_t total = 0, n = 0;
+    while (total < TARGET && n < MAX_BLOCKS) {
+        size_t size = 16 + (size_t)(rel_rand(&seed) % 985);
+        unsigned char *p = malloc(size);
+        if (p == NULL) REL_FAIL("malloc(%zu) failed", size);
+        memset(p, fill, size);
+        blocks[n] = p;
+        sizes[n++] = size;
+        total += size;
+    }
+    nblocks = n;
+}
+
+static void *owner(void *arg) {
+    (void)arg;
+    allocate_all(0x5a);
+    set_stage(1);
+    if (exit_early) return NULL;
+    wait_stage(2); /* asleep: no allocator call until woken */
+    /* The pages were reclaimed: allocate the same again from them. */
+    allocate_all(0x3c);
+    for (size_t i = 0; i < nblocks; i++) {
+        const unsigned char *p = blocks[i];
+        for (size_t j = 0; j < sizes[i]; j++)
+            if (p[j] != 0x3c) REL_FAIL("block %zu byte %zu changed after reuse", i, j);
+    }
+    set_stage(3);
+    return NULL;
+}
+
+/* Frees every block from this (non-owner) thread. */
+static void free_all_remote(void) {
+    for (size_t i = 0; i < nblocks; i += 2) free(blocks[i]);
+    for (size_t i = 1; i < nblocks; i += 2) free(blocks[i]);
+}
+
+/* In a child: free again a block of a page malloc_trim reclaimed. */
+static void child_free_again(void *victim) {
+    int fds[2];
+    REL_CHECK(pipe(fds) == 0, "pipe failed");
+    pid_t pid = fork();
+    REL_CHECK(pid >= 0, "fork failed");
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        free(victim);
+        _exit(0);
+    }
+    close(fds[1]);
+    char msg[256] = {0};
+    ssize_t n = read(fds[0], msg, sizeof msg - 1);
+    close(fds[0]);
+    int status = 0;
+    REL_CHECK(waitpid(pid, &status, 0) == pid, "waitpid failed");
+    REL_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+              "a second free of a block in a reclaimed page did not abort (status %#x)", status);
+    REL_CHECK(n > 0 && strstr(msg, "free(): ") != NULL, "abort message was: %s", msg);
+}
+
+int main(int argc, char **argv) {
+    const char *mode = argc == 2 ? argv[1] : "";
+    int idle = strcmp(mode, "idle") == 0, exited = strcmp(mode, "exited") == 0;
+    int retain = strcmp(mode, "retain") == 0, trim = strcmp(mode, "trim") == 0;
+    if (!idle && !exited && !retain && !trim) {
+        fprintf(stderr, "usage: rel_remote_reclaim idle|exited|retain|trim\n");
+        return 2;
+    }
+    memset(blocks, 0, sizeof blocks); /* resident before the baseline */
+    memset(sizes, 0, sizeof sizes);
+    exit_early = exited;
+    size_t rss0 = rel_rss();
+    struct tidemalloc_stats s0 = rel_stats();
+    pthread_t t;
+    REL_CHECK(pthread_create(&t, NULL, owner, NULL) == 0, "pthread_create failed");
+    wait_stage(1);
+    if (exited) REL_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
+    size_t rss_peak = rel_rss();
+    free_all_remote();
+    size_t rss_freed = rel_rss();
+    struct tidemalloc_stats s1 = rel_stats();
+    size_t rss = rss_freed;
+    int ms = 0, fell_at = -1, trimmed = -1;
+    if (trim) {
+        trimmed = malloc_trim(0);
+        rss = rel_rss();
+    } else {
+        /* Idle: no allocator call, no stdio, until the end. */
+        int limit_ms = retain ? 3000 : 5000;
+        while (ms < limit_ms) {
+            nap_ms(100);
+            ms += 100;
+            rss = rel_rss();
+            if (fell_at < 0 && rss <= rss0 + SLACK_IDLE) {
+                fell_at = ms;
+                if (!retain) break;
+            }
+        }
+    }
+    struct tidemalloc_stats s2 = rel_stats();
+    if (trim) child_free_again(blocks[nblocks / 2]);
+    if (!exited) {
+        set_stage(2);
+        REL_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
+        REL_CHECK(stage == 3, "the owner did not finish");
+    }
+    REL_FIGURES("mode=%s blocks=%zu rss_start=%.2fMiB peak=+%.2fMiB after_free=%+.2fMiB "
+                "after=%+.2fMiB fell_within_5MiB_at_ms=%d trim_returned=%d "
+                "retained_after_free=%.2fMiB madvise_after_free=%llu",
+                mode, nblocks, rel_mib(rss0), rel_dmib(rss_peak, rss0), rel_dmib(rss_freed, rss0),
+                rel_dmib(rss, rss0), fell_at, trimmed, rel_mib(s1.bytes_retained),
+                (unsigned long long)(s2.madvise_calls - s1.madvise_calls));
+    (void)s0;
+    REL_CHECK(rss_peak >= rss0 + (size_t)28 * 1024 * 1024,
+              "the workload did not become resident (peak +%.2f MiB)", rel_dmib(rss_peak, rss0));
+    REL_CHECK(rss_freed >= rss0 + (size_t)24 * 1024 * 1024,
+              "RSS fell during the frees already (%+.2f MiB): nothing left to test",
+              rel_dmib(rss_freed, rss0));
+    if (trim) {
+        REL_CHECK(trimmed == 1, "malloc_trim(0) returned %d, expected 1", trimmed);
+        REL_CHECK(rss <= rss0 + SLACK_TRIM, "RSS after malloc_trim(0) is %+.2f MiB (limit +2 MiB)",
+                  rel_dmib(rss, rss0));
+    } else if (retain) {
+        REL_CHECK(rss >= rss0 + (size_t)24 * 1024 * 1024,
+                  "RSS fell to %+.2f MiB without the helper thread", rel_dmib(rss, rss0));
+    } else {
+        REL_CHECK(fell_at >= 0, "RSS still %+.2f MiB above the start after %d ms idle",
+                  rel_dmib(rss, rss0), ms);
+    }
+    return 0;
+}
