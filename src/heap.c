@@ -571,6 +571,8 @@ void heap_page_empty(struct heap *heap, struct page *page) {
 void heap_double_free_check(struct heap *heap, struct page *page, struct block *b) {
     (void)heap;
     page_collect_remote(page);
+    /* reclaimed meanwhile: every block of the page was free already */
+    if (page->capacity == 0) fatal_error("free(): double free detected");
     uint32_t steps = 0;
     for (struct block *f = page->free; f; f = block_next_checked(f)) {
         if (f == b) fatal_error("free(): double free detected");
