@@ -71,7 +71,11 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
     }
     if (unlikely(word >= full)) {
         /* every block of the page is free now, and its owner may not come
-         * back for it: count it with the retained memory (purge.c) */
+         * back for it: count it with the retained memory (purge.c), and
+         * date it for a purger. Stamping a descriptor that its owner has set
+         * up anew meanwhile only dates a list that is not there. */
+        __atomic_store_n(&page->reclaim_seen, word, __ATOMIC_RELAXED);
+        __atomic_store_n(&page->reclaim_seen_ms, clock_ms(), __ATOMIC_RELAXED);
         remote_freed_page_note(page_bytes, true);
         purge_after_free();
     }

@@ -477,11 +477,13 @@ segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms
          * its block test is closed, so nothing is pushed there) */
         if (page->first != page || page->area_size == 0) continue;
         if (thread_free_count(word) != page->capacity) continue;
-        if (page->reclaim_seen != word) {
-            page->reclaim_seen = word;
-            page->reclaim_seen_ms = now;
+        /* relaxed: a date; the pusher that filled the list set it */
+        if (__atomic_load_n(&page->reclaim_seen, __ATOMIC_RELAXED) != word) {
+            __atomic_store_n(&page->reclaim_seen, word, __ATOMIC_RELAXED);
+            __atomic_store_n(&page->reclaim_seen_ms, now, __ATOMIC_RELAXED);
             if (min_age_ms > 0) continue;
-        } else if ((uint32_t)(now - page->reclaim_seen_ms) < min_age_ms) {
+        } else if ((uint32_t)(now - __atomic_load_n(&page->reclaim_seen_ms, __ATOMIC_RELAXED)) <
+                   min_age_ms) {
             continue;
         }
         /* acq_rel: acquire as above; release pairs with the owner's exchange */

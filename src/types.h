@@ -82,9 +82,10 @@ struct page {
      * learns the count from its one exchange instead of walking blocks that
      * other cores wrote (larson: the walk was 19% of the profile). */
     _Atomic uintptr_t thread_free __attribute__((aligned(64)));
-    /* Purgers only (purge lock and segment lock): the thread_free word a pass
-     * last saw holding every carved block, and when; a page still so at a
-     * later pass, min_age_ms on, is reclaimed (segment_reclaim_pages). */
+    /* The thread_free word last seen holding every carved block, and since
+     * when (relaxed atomics): set by the pusher that filled the list, or by a
+     * purge pass that found it so; a page still so min_age_ms on is
+     * reclaimed (segment_reclaim_pages). */
     uintptr_t reclaim_seen;
     uint32_t reclaim_seen_ms;
     char remote_padding[108]; /* the descriptor is 256 bytes: indexing is a shift */
