@@ -50,14 +50,14 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
         }
     }
     b->free_key = free_key_of(page);
-    /* No load first: guessing an empty list lets the first CAS take the
-     * line exclusive in one transfer, where a load took it shared and the CAS
-     * then needed a second (mstress: the load and the CAS were each half of
-     * free_remote's time); a wrong guess returns the value to retry with. */
     /* Read before the push: once the block is on the list, the owner may
      * collect it, retire the page and set it up anew. */
     uint64_t full = page->thread_free_full;
     uint64_t page_bytes = (uint64_t)page->slice_count << SLICE_SHIFT;
+    /* No load first: guessing an empty list lets the first CAS take the
+     * line exclusive in one transfer, where a load took it shared and the CAS
+     * then needed a second (mstress: the load and the CAS were each half of
+     * free_remote's time); a wrong guess returns the value to retry with. */
     uintptr_t old = 0;
     uintptr_t word;
     for (;;) {

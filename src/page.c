@@ -72,11 +72,6 @@ static struct block *list_tail(struct block *list, uint32_t count) {
     return tail;
 }
 
-/* Moves the blocks other threads freed onto the local free list. The push
- * word carries their count, so nothing is walked when the local list is
- * empty (the usual case: the owner collects when a page runs dry); else the
- * shorter list is walked to splice them, the local one (capacity - used
- * blocks, in this core's cache) when it ties. */
 /* A purger reclaimed the page (segment_reclaim_pages): every block is free
  * and its memory reads as zero. Taking the segment lock waits out the
  * purger's madvise. The block test stays closed until blocks are carved
@@ -91,6 +86,11 @@ static void page_reset_reclaimed(struct page *page) {
     page->is_zero = 1;
 }
 
+/* Moves the blocks other threads freed onto the local free list. The push
+ * word carries their count, so nothing is walked when the local list is
+ * empty (the usual case: the owner collects when a page runs dry); else the
+ * shorter list is walked to splice them, the local one (capacity - used
+ * blocks, in this core's cache) when it ties. */
 uint32_t page_collect_remote(struct page *page) {
     /* relaxed peek: skipping an exchange when nothing is there is the common case;
      * a block pushed just after is collected next time. */
