@@ -54,21 +54,18 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
      * collect it, retire the page and set it up anew. */
     uint64_t full = page->thread_free_full;
     uint64_t page_bytes = (uint64_t)page->slice_count << SLICE_SHIFT;
-    /* No load first: guessing an empty list lets the first CAS take the
-     * line exclusive in one transfer, where a load took it shared and the CAS
-     * then needed a second (mstress: the load and the CAS were each half of
-     * free_remote's time); a wrong guess returns the value to retry with. */
-    uintptr_t old = 0;
+    /* relaxed load: the CAS below re-reads and validates it. (Guessing an
+     * empty list instead, to take the line exclusive in one transfer, cost
+     * larson a failed CAS per free where lists are long, and measured even.) */
+    uintptr_t old = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
     uintptr_t word;
-    for (;;) {
-        word = thread_free_push_word(old, b, b, 1);
-        /* release: the owner's acquire exchange must see the link we wrote. */
-        if (atomic_compare_exchange_weak_explicit(&page->thread_free, &old, word,
-                                                  memory_order_release, memory_order_relaxed))
-            break;
+    do {
         /* a reclaimed page's blocks were all free already */
         if (unlikely(old == THREAD_FREE_RECLAIMED)) fatal_error("free(): double free detected");
-    }
+        word = thread_free_push_word(old, b, b, 1);
+        /* release: the owner's acquire exchange must see the link we wrote. */
+    } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &old, word,
+                                                    memory_order_release, memory_order_relaxed));
     if (unlikely(word >= full)) {
         /* every block of the page is free now, and its owner may not come
          * back for it: count it with the retained memory (purge.c), and

@@ -91,10 +91,7 @@ static void page_reset_reclaimed(struct page *page) {
  * empty (the usual case: the owner collects when a page runs dry); else the
  * shorter list is walked to splice them, the local one (capacity - used
  * blocks, in this core's cache) when it ties. */
-uint32_t page_collect_remote(struct page *page) {
-    /* relaxed peek: skipping an exchange when nothing is there is the common case;
-     * a block pushed just after is collected next time. */
-    if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == 0) return 0;
+static NOINLINE uint32_t page_collect_remote_list(struct page *page) {
     /* acquire: pairs with the pushers' release, so their link writes are seen,
      * and with a purger's reclaim, so its madvise has begun. */
     uintptr_t word = atomic_exchange_explicit(&page->thread_free, 0, memory_order_acquire);
@@ -121,6 +118,14 @@ uint32_t page_collect_remote(struct page *page) {
     page->used = (uint16_t)(page->used - count);
     page->is_zero = 0; /* blocks with user data are on the list now (calloc) */
     return count;
+}
+
+uint32_t page_collect_remote(struct page *page) {
+    /* relaxed peek: skipping an exchange when nothing is there is the common
+     * case (larson: half a million calls a second), kept apart so that it
+     * saves no registers; a block pushed just after is collected next time. */
+    if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == 0) return 0;
+    return page_collect_remote_list(page);
 }
 
 /* Collects only if that empties the page: the periodic sweep looks for pages
