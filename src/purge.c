@@ -43,8 +43,12 @@ static uint64_t retain_limit(void) {
 static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything, uint64_t target) {
     size_t released = 0;
     spin_lock(&g_registry_lock);
-    for (struct segment *s = g_registry; s; s = s->all_next)
-        released += segment_reclaim_pages(s, now, min_age_ms);
+    /* The scan reads a descriptor line per page in use: only when some page
+     * filled with remote frees (or for malloc_trim, which also takes pages
+     * whose blocks were not all carved). */
+    if (everything || remote_freed_page_bytes() > 0)
+        for (struct segment *s = g_registry; s; s = s->all_next)
+            released += segment_reclaim_pages(s, now, min_age_ms);
     for (struct segment *s = g_registry; s; s = s->all_next) {
         released += segment_purge(s, now, min_age_ms);
         /* relaxed: a stopping hint */
