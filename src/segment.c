@@ -211,6 +211,23 @@ static struct run_choice find_free_run(const struct segment *segment, unsigned c
     return choice;
 }
 
+/* Takes the free slices in `mask` for a page: called with the segment lock
+ * held, which it releases. Returns those of them that were resident. */
+static uint64_t segment_take_slices(struct heap *heap, struct segment *segment, uint64_t mask) {
+    uint64_t was_dirty = segment->dirty_slices & mask;
+    segment->free_slices &= ~mask;
+    segment->dirty_slices |= mask;
+    bool now_full = segment_full_locked(segment);
+    spin_unlock(&segment->lock);
+    retained_add(was_dirty, false);
+    /* relaxed: a statistic and a purge trigger, as g_retained_bytes */
+    atomic_fetch_add_explicit(&g_page_slice_bytes,
+                              (uint64_t)__builtin_popcountll(mask) << SLICE_SHIFT,
+                              memory_order_relaxed);
+    if (now_full) segment_move_to_full(heap, segment);
+    return was_dirty;
+}
+
 static struct page *segment_take_run(struct heap *heap, struct segment *segment, unsigned count,
                                      unsigned cls) {
     spin_lock(&segment->lock);
@@ -219,24 +236,13 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
         spin_unlock(&segment->lock);
         return NULL;
     }
-    uint64_t mask = run_mask((unsigned)first, count);
-    uint64_t was_dirty = segment->dirty_slices & mask;
-    segment->free_slices &= ~mask;
-    segment->dirty_slices |= mask;
-    bool now_full = segment_full_locked(segment);
-    spin_unlock(&segment->lock);
-    retained_add(was_dirty, false);
-    /* relaxed: a statistic and a purge trigger, as g_retained_bytes */
-    atomic_fetch_add_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
-                              memory_order_relaxed);
-
+    uint64_t was_dirty = segment_take_slices(heap, segment, run_mask((unsigned)first, count));
     struct page *page = &segment->pages[first];
     for (unsigned i = 0; i < count; i++)
         page[i].first = page;
     page->slice_count = (uint8_t)count;
     page->is_zero = was_dirty == 0;
     segment->used_pages++;
-    if (now_full) segment_move_to_full(heap, segment);
     return page;
 }
 
@@ -295,19 +301,10 @@ bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
         spin_unlock(&segment->lock);
         return false;
     }
-    uint64_t was_dirty = segment->dirty_slices & mask;
-    segment->free_slices &= ~mask;
-    segment->dirty_slices |= mask;
-    bool now_full = segment_full_locked(segment);
-    spin_unlock(&segment->lock);
-    retained_add(was_dirty, false);
-    /* relaxed: as in segment_take_run */
-    atomic_fetch_add_explicit(&g_page_slice_bytes, (uint64_t)(slices - old) << SLICE_SHIFT,
-                              memory_order_relaxed);
+    segment_take_slices(heap, segment, mask);
     for (unsigned i = old; i < slices; i++)
         page[i].first = page;
     page->slice_count = (uint8_t)slices;
-    if (now_full) segment_move_to_full(heap, segment);
     return true;
 }
 
@@ -334,7 +331,7 @@ void segment_page_free(struct heap *heap, struct page *page) {
         segment->dirty_slices |= mask;
     spin_unlock(&segment->lock);
     if (!clean) retained_add(mask, true);
-    /* relaxed: as in segment_take_run */
+    /* relaxed: as in segment_take_slices */
     atomic_fetch_sub_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
                               memory_order_relaxed);
     segment->used_pages--;
