@@ -105,9 +105,12 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
         return NULL;
     }
     size_t usable = block_usable_size(p, "realloc(): invalid pointer");
-    if (size <= usable && (size >= usable / 2 || usable <= 64) && !g_options.checked)
-        return p; /* shrinking in place unless most of the block would idle */
-    if (!segment_map_contains((uintptr_t)p)) {
+    bool in_segment = segment_map_contains((uintptr_t)p);
+    /* A large block gives its spare slices back; other blocks shrink in
+     * place unless most of the block would idle. */
+    if (size <= usable && usable > SMALL_MAX && in_segment && heap_large_shrink(p, size)) return p;
+    if (size <= usable && (size >= usable / 2 || usable <= 64) && !g_options.checked) return p;
+    if (!in_segment) {
         void *moved = huge_realloc(p, size); /* in place or mremap */
         if (moved) return moved;
     } else if (size > usable && heap_large_grow(p, size)) {

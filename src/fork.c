@@ -1,7 +1,7 @@
 /* fork: every allocator lock is taken, in one fixed order, before fork and
  * released in both processes after it, so the child finds consistent state
  * and can allocate at once even if the parent had many threads.
- * Lock order: purge, heaps, each heap's page cache, segment cache,
+ * Lock order: purge, exit heap, heaps, each heap's page cache, segment cache,
  * abandoned, registry, each segment's lock (registry order), huge. */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -10,6 +10,7 @@
 #include "internal.h"
 
 extern struct spin_lock g_purge_lock INTERNAL;
+extern struct spin_lock g_exit_heap_lock INTERNAL;
 
 /* What fork_prepare took: 0 nothing (fork from a signal handler that
  * interrupted this thread inside one of our locks: waiting would deadlock,
@@ -33,6 +34,7 @@ static void fork_prepare(void) {
     spin_lock(&g_purge_lock);
     if (fork_locking == 1) return;
     _IO_list_lock();
+    spin_lock(&g_exit_heap_lock); /* held around heap work: before the rest */
     spin_lock(&g_heaps_lock);
     for (struct heap *h = g_heaps; h; h = h->next_heap)
         spin_lock(&h->cache_lock);
@@ -56,6 +58,7 @@ static void fork_unlock_ours(void) {
         for (struct heap *h = g_heaps; h; h = h->next_heap)
             spin_unlock(&h->cache_lock);
         spin_unlock(&g_heaps_lock);
+        spin_unlock(&g_exit_heap_lock);
     }
     spin_unlock(&g_purge_lock);
 }

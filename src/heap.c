@@ -105,6 +105,23 @@ static struct heap *heap_struct_alloc(void) {
     return heap;
 }
 
+/* A heap struct set up empty, owned by `id`, and on the heaps list. */
+static struct heap *heap_create(uint64_t id) {
+    struct heap *heap = heap_struct_alloc();
+    if (heap == NULL) return NULL;
+    memset(heap, 0, sizeof *heap);
+    for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++)
+        heap->pages_direct[i] = &g_empty_page;
+    heap->id = id;
+    heap->collect_countdown = COLLECT_INTERVAL;
+    spin_lock(&g_heaps_lock);
+    heap->next_heap = g_heaps;
+    if (g_heaps) g_heaps->prev_heap = heap;
+    g_heaps = heap;
+    spin_unlock(&g_heaps_lock);
+    return heap;
+}
+
 struct heap *heap_for_thread(void) {
     if (t_heap != &g_empty_heap) return t_heap;
     allocator_init();
@@ -116,22 +133,38 @@ struct heap *heap_for_thread(void) {
         }
         spin_unlock(&g_heaps_lock);
     }
-    struct heap *heap = heap_struct_alloc();
+    struct heap *heap = heap_create(current_thread_id()); /* unique among live threads */
     if (heap == NULL) return NULL;
-    memset(heap, 0, sizeof *heap);
-    for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++)
-        heap->pages_direct[i] = &g_empty_page;
-    heap->id = current_thread_id(); /* unique among live threads */
-    heap->collect_countdown = COLLECT_INTERVAL;
-    spin_lock(&g_heaps_lock);
-    heap->next_heap = g_heaps;
-    if (g_heaps) g_heaps->prev_heap = heap;
-    g_heaps = heap;
-    spin_unlock(&g_heaps_lock);
     atomic_fetch_add_explicit(&g_heap_count, 1, memory_order_relaxed); /* statistic */
     t_heap = heap;
     pthread_setspecific(heap_key, heap);
     return heap;
+}
+
+/* ---- the exit heap: a thread whose heap is gone (its key's destructor ran)
+ * may still allocate, in destructors of other keys that run after ours.
+ * glibc gives destructors at most PTHREAD_DESTRUCTOR_ITERATIONS rounds, so a
+ * heap made for the thread in the last one would never be torn down: its
+ * segments stayed owned by a dead thread for good. Such allocations come
+ * from one shared heap instead, under a lock. It belongs to no thread (its
+ * id is no thread's), so every free of its blocks takes the remote path,
+ * and its mallocs collect them. ---- */
+
+struct spin_lock g_exit_heap_lock = SPIN_LOCK_INIT;
+static struct heap *exit_heap; /* exit heap lock */
+static __thread uint8_t t_heap_exited __attribute__((tls_model("initial-exec")));
+#define EXIT_HEAP_ID 16 /* a thread id is its TLS address: never 16 */
+
+/* Locks the exit heap and returns it (NULL without memory: still locked). */
+static struct heap *exit_heap_enter(void) {
+    spin_lock(&g_exit_heap_lock);
+    if (exit_heap == NULL) exit_heap = heap_create(EXIT_HEAP_ID);
+    return exit_heap;
+}
+
+/* Fork child: the exit heap was abandoned with the other threads' heaps. */
+static void exit_heap_forget(void) {
+    exit_heap = NULL;
 }
 
 /* Frees the pages that are empty once remote frees are collected. */
@@ -170,6 +203,7 @@ static void heap_thread_exit(void *arg) {
     struct heap *heap = arg;
     int saved = errno;
     t_heap = &g_empty_heap;
+    t_heap_exited = 1; /* later allocations: the exit heap */
     heap_collect(heap, true);
     page_cache_flush(heap, true);
     /* Empty segments go back to the cache first, while the lists are whole:
@@ -210,6 +244,7 @@ static void heap_thread_exit(void *arg) {
 
 /* Fork child: the other threads are gone; their segments become adoptable. */
 void heap_atfork_child(void) {
+    exit_heap_forget();
     struct heap *self = t_heap;
     struct heap *heap = g_heaps;
     g_heaps = NULL;
@@ -230,7 +265,8 @@ void heap_atfork_child(void) {
             }
             heap->next_heap = heap_free_list;
             heap_free_list = heap;
-            atomic_fetch_sub_explicit(&g_heap_count, 1, memory_order_relaxed); /* statistic */
+            if (heap->id != EXIT_HEAP_ID) /* statistic: thread heaps */
+                atomic_fetch_sub_explicit(&g_heap_count, 1, memory_order_relaxed);
         }
         heap = next;
     }
@@ -456,6 +492,24 @@ bool heap_large_grow(void *p, size_t size) {
     return true;
 }
 
+/* realloc of a large block by its owner to a smaller one that still needs
+ * slices: the slices past it go back to the segment instead of a copy. */
+bool heap_large_shrink(void *p, size_t size) {
+    struct segment *segment = segment_of(p);
+    struct page *page = page_of(segment, p);
+    if (page->class_index != LARGE_CLASS || size <= SMALL_MAX || g_options.checked) return false;
+    /* relaxed: as in free_inline, equal only if this thread owns it */
+    if (atomic_load_explicit(&segment->owner_id, memory_order_relaxed) != current_thread_id())
+        return false;
+    unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
+    if (slices >= page->slice_count) return slices == page->slice_count;
+    page->block_size = (uint32_t)slices << SLICE_SHIFT;
+    page->area_size = page->block_size;
+    segment_page_shrink(segment->heap, page, slices);
+    purge_after_free();
+    return true;
+}
+
 static bool wants_direct_map(size_t size) {
     return size >= OPTION(mmap_threshold) &&
            (OPTION(mmap_max) < 0 ||
@@ -466,6 +520,13 @@ static bool wants_direct_map(size_t size) {
 /* Every allocation that the inline fast path could not serve. */
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
     if (unlikely(heap == &g_empty_heap)) {
+        if (unlikely(t_heap_exited)) {
+            struct heap *shared = exit_heap_enter();
+            void *p = shared ? heap_malloc_generic(shared, size, is_zero) : NULL;
+            spin_unlock(&g_exit_heap_lock);
+            if (p == NULL) errno = ENOMEM;
+            return p;
+        }
         heap = heap_for_thread();
         if (heap == NULL) goto out_of_memory;
     }
@@ -503,6 +564,13 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
 /* alignment is a power of two above 16. */
 void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
     if (unlikely(heap == &g_empty_heap)) {
+        if (unlikely(t_heap_exited)) {
+            struct heap *shared = exit_heap_enter();
+            void *p = shared ? heap_malloc_aligned(shared, alignment, size) : NULL;
+            spin_unlock(&g_exit_heap_lock);
+            if (p == NULL) errno = ENOMEM;
+            return p;
+        }
         heap = heap_for_thread();
         if (heap == NULL) goto out_of_memory;
     }

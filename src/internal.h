@@ -160,6 +160,7 @@ struct segment *segment_acquire(struct heap *heap, enum segment_source source) I
 struct page *segment_page_alloc(struct heap *heap, unsigned slices, unsigned cls) INTERNAL;
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
 bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
+void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
 size_t segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;
 struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
@@ -293,7 +294,8 @@ void heap_atfork_child(void) INTERNAL;
 size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) INTERNAL;
 void heap_page_empty(struct heap *heap, struct page *page) INTERNAL;
-bool heap_large_grow(void *p, size_t size) INTERNAL; /* false: p untouched */
+bool heap_large_grow(void *p, size_t size) INTERNAL;   /* false: p untouched */
+bool heap_large_shrink(void *p, size_t size) INTERNAL; /* false: p untouched */
 void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
 struct heap *heap_for_thread(void) INTERNAL; /* creates this thread's heap if needed */
 void heap_double_free_check(struct heap *heap, struct page *page, struct block *b) INTERNAL;

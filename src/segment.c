@@ -308,21 +308,19 @@ bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
     return true;
 }
 
-void segment_page_free(struct heap *heap, struct page *page) {
-    struct segment *segment = segment_of(page);
-    unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;
+/* Slices [first, first + count) of an owned segment go back to it: no
+ * pointer into them is a block any more, and they join the retained memory
+ * (unless `clean`: they read as zero). The caller updates the page. */
+static void segment_return_slices(struct heap *heap, struct segment *segment, unsigned first,
+                                  unsigned count, bool clean, uint32_t now) {
     uint64_t mask = run_mask(first, count);
-    uint32_t now = clock_ms();
-    for (unsigned i = 0; i < count; i++) {
-        page[i].first = &page[i];
-        page[i].area_size = 0;
-        page[i].block_size_inverse = 0; /* free() accepts no pointer into it */
-        segment->slice_freed_ms[first + i] = now;
+    for (unsigned i = first; i < first + count; i++) {
+        struct page *slice = &segment->pages[i];
+        slice->first = slice;
+        slice->area_size = 0;
+        slice->block_size_inverse = 0; /* free() accepts no pointer into it */
+        segment->slice_freed_ms[i] = now;
     }
-    /* a reclaimed page, reset and not carved again, reads as zero */
-    bool clean = page->capacity == 0;
-    page->slice_count = 0;
-    page->block_size = 0;
     spin_lock(&segment->lock);
     segment->free_slices |= mask;
     if (clean)
@@ -334,12 +332,33 @@ void segment_page_free(struct heap *heap, struct page *page) {
     /* relaxed: as in segment_take_slices */
     atomic_fetch_sub_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
                               memory_order_relaxed);
-    segment->used_pages--;
     if (segment->in_full_list) {
         list_remove(&heap->segments_full, segment);
         list_push(&heap->segments_avail, segment);
         segment->in_full_list = 0;
     }
+}
+
+/* realloc shrinking a large block: the slices past `slices` go back. */
+void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) {
+    struct segment *segment = segment_of(page);
+    unsigned first = (unsigned)(page - segment->pages), old = page->slice_count;
+    page->slice_count = (uint8_t)slices;
+    uint32_t now = clock_ms();
+    segment_return_slices(heap, segment, first + slices, old - slices, false, now);
+    if (OPTION(aggressive_madvise)) segment_purge(segment, now, 0);
+}
+
+void segment_page_free(struct heap *heap, struct page *page) {
+    struct segment *segment = segment_of(page);
+    unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;
+    uint32_t now = clock_ms();
+    /* a reclaimed page, reset and not carved again, reads as zero */
+    bool clean = page->capacity == 0;
+    page->slice_count = 0;
+    page->block_size = 0;
+    segment_return_slices(heap, segment, first, count, clean, now);
+    segment->used_pages--;
     if (OPTION(aggressive_madvise)) segment_purge(segment, now, 0);
     if (segment->used_pages == 0 && (heap->segments_avail != segment || segment->next != NULL))
         segment_release_empty(heap, segment);

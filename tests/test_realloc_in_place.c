@@ -1,5 +1,6 @@
 /* realloc of a large block (64 KiB .. 4 MiB, served from slices) by the
- * thread that owns it grows it in place when the slices right after it are
+ * thread that owns it shrinks it in place, giving back the slices past its
+ * new size, and grows it in place when the slices right after it are
  * free, and moves it otherwise: when a neighbour holds them, when the block
  * outgrows the slices (huge), or when another thread reallocs it. The
  * contents survive every way, a neighbour is never overwritten, and a pointer
@@ -111,6 +112,29 @@ int main(void) {
     a = grow(a, 90 * KB, 900 * KB, 2);
     CHECKF(pat_check_k(b, 100 * KB, 3) == (size_t)-1, "neighbour overwritten");
 
+    /* Shrinking a large block gives the slices past its new size back where
+     * it is: same pointer, a smaller usable size, no block start in the part
+     * given back, and room to grow over it again. */
+    char *s = malloc(1 * MB);
+    CHECK(s != NULL);
+    pat_fill_k(s, 1 * MB, 5);
+    char *shrunk = realloc(s, 300 * KB);
+    CHECK(shrunk != NULL && pat_check_k(shrunk, 300 * KB, 5) == (size_t)-1);
+    if (tidemalloc) {
+        CHECKF(shrunk == s, "1 MiB -> 300 KiB moved (%p -> %p)", s, shrunk);
+        CHECKF(malloc_usable_size(shrunk) < 400 * KB, "usable %zu after shrinking 1 MiB to 300 KiB",
+               malloc_usable_size(shrunk));
+        expect_interior_free_aborts(shrunk, 700 * KB);
+    }
+    char *regrown = grow(shrunk, 300 * KB, 1 * MB, 5);
+    if (tidemalloc) CHECKF(regrown == s, "300 KiB -> 1 MiB moved (%p -> %p)", s, regrown);
+    /* Below the size classes' limit it moves to a small block. */
+    char *small = realloc(regrown, 1000);
+    CHECK(small != NULL && pat_check_k(small, 1000, 5) == (size_t)-1);
+    if (tidemalloc) CHECKF(malloc_usable_size(small) < 2000, "1 MiB -> 1000 B kept %zu bytes",
+                           malloc_usable_size(small));
+
+    free(small);
     free(h.p);
     free(a);
     free(b);
