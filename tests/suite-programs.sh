@@ -2,7 +2,9 @@
 # Real programs under LD_PRELOAD give the same output as under glibc:
 #   python3 (PYTHONMALLOC=malloc) object churn, perl hash and sort churn,
 #   gcc -O2 on a generated ~3000-line C file (assembly, object and the
-#   program's output compared), sqlite3 on an in-memory database.
+#   program's output compared), sqlite3 on an in-memory database, and
+#   ghostscript rendering a generated document in bands on 2 threads (the
+#   pages compared), by default, in aggressive mode and in secure mode.
 #   TEST_PRELOAD  library to preload; defaults to $TIDEMALLOC_LIB (set it to a
 #                 peer, or to the empty string for glibc, to validate the suite).
 #   TEST_TIMEOUT  seconds per program run (default 90).
@@ -16,7 +18,9 @@ progs=$root/tests/programs
 work=$(mktemp -d "${TMPDIR:-/tmp}/tidemalloc-programs.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
+gs_modes=(default aggressive secure)
 names=(preload-active python3-churn perl-churn gcc-O2-generated sqlite3-memory)
+for m in "${gs_modes[@]}"; do names+=("gs-render-$m"); done
 if [ -n "$preload" ] && [ ! -e "$preload" ]; then
   for n in "${names[@]}"; do echo "SKIP $n library $preload not built"; done
   exit 0
@@ -123,5 +127,28 @@ if command -v sqlite3 >/dev/null; then
   verdict sqlite3-memory
 else
   echo "SKIP sqlite3-memory sqlite3 not installed"
+fi
+
+# ghostscript: 4 pages rendered in bands by 2 rendering threads, so blocks
+# move between threads; every page must be the same image as under glibc.
+if command -v gs >/dev/null && [ -x /usr/bin/python3 ]; then
+  /usr/bin/python3 "$progs/gen_ps.py" 4 >"$work/doc.ps"
+  for m in "${gs_modes[@]}"; do
+    case $m in
+      default) mode_env=(X_TIDEMALLOC_MODE=default) ;;
+      aggressive) mode_env=(MALLOC_AGGRESSIVE_MADVISE_=1) ;;
+      secure) mode_env=(MALLOC_CHECK_=3) ;;
+    esac
+    for side in ref test; do
+      run_one "$work/gs-render-$m/$side" env "${mode_env[@]}" gs -q -dSAFER -dBATCH -dNOPAUSE \
+        -sDEVICE=png16m -r72 -dNumRenderingThreads=2 -dMaxBitmap=0 -dBufferSpace=200000 \
+        -sOutputFile=page-%d.png "$work/doc.ps"
+      # stdout is empty (-q): the verdict wants some, so list the pages made
+      (cd "$work/gs-render-$m/$side" && ls page-*.png >>stdout 2>/dev/null)
+    done
+    verdict "gs-render-$m" page-1.png page-2.png page-3.png page-4.png
+  done
+else
+  for m in "${gs_modes[@]}"; do echo "SKIP gs-render-$m ghostscript or python3 not installed"; done
 fi
 exit 0
