@@ -3,21 +3,23 @@
  * its key runs in every round, after the allocator's own (whose key is
  * older). Its blocks must be usable, freeable from another thread, and no
  * thread heap may outlive its thread: the heap count returns to where it was
- * after every join (asserted for tidemalloc only, TEST_EXPECT_TIDEMALLOC=1),
- * and the memory stays bounded over many such threads. */
+ * after every wave of threads is joined (asserted for tidemalloc only,
+ * TEST_EXPECT_TIDEMALLOC=1), and the memory stays bounded over many waves. */
 #include <limits.h>
 #include <pthread.h>
 
 #include "common.h"
 
-#define THREADS 200
-#define ROUNDS  PTHREAD_DESTRUCTOR_ITERATIONS
+#define WAVES  50
+#define WAVE   4 /* threads exiting at once: they share the exit heap */
+#define ROUNDS PTHREAD_DESTRUCTOR_ITERATIONS
 
 static pthread_key_t key;
 static __thread int round_seen;
-/* blocks made in the destructor rounds of the current thread */
-static unsigned char *made[ROUNDS + 1];
-static size_t made_size[ROUNDS + 1];
+static __thread int slot; /* the thread's row in made[] */
+/* blocks made in the destructor rounds of each thread of a wave */
+static unsigned char *made[WAVE][ROUNDS + 1];
+static size_t made_size[WAVE][ROUNDS + 1];
 
 static void destructor(void *value) {
     (void)value;
@@ -30,13 +32,13 @@ static void destructor(void *value) {
     void *q = realloc(malloc(64), 200000); /* a large block too */
     CHECK(q != NULL);
     free(q);
-    made[r] = p;
-    made_size[r] = size;
+    made[slot][r] = p;
+    made_size[slot][r] = size;
     pthread_setspecific(key, (void *)1); /* again next round */
 }
 
 static void *worker(void *arg) {
-    (void)arg;
+    slot = (int)(intptr_t)arg;
     free(malloc(1000)); /* this thread has a heap */
     pthread_setspecific(key, (void *)1);
     return NULL;
@@ -55,26 +57,30 @@ int main(void) {
     CHECK(pthread_key_create(&key, destructor) == 0);
     uint64_t heaps_before = 0, segments_bound = 0;
     if (tidemalloc) heaps_before = stats_now(fn).heaps;
-    for (int t = 0; t < THREADS; t++) {
-        pthread_t th;
-        CHECK(pthread_create(&th, NULL, worker, NULL) == 0);
-        CHECK(pthread_join(th, NULL) == 0);
-        for (int r = 0; r <= ROUNDS; r++) {
-            if (made[r] == NULL) continue;
-            CHECKF(pat_check_k(made[r], made_size[r], (uint64_t)r) == (size_t)-1,
-                   "thread %d: block of destructor round %d corrupted", t, r);
-            free(made[r]);
-            made[r] = NULL;
+    for (int t = 0; t < WAVES; t++) {
+        pthread_t th[WAVE];
+        for (int w = 0; w < WAVE; w++)
+            CHECK(pthread_create(&th[w], NULL, worker, (void *)(intptr_t)w) == 0);
+        for (int w = 0; w < WAVE; w++)
+            CHECK(pthread_join(th[w], NULL) == 0);
+        for (int w = 0; w < WAVE; w++) {
+            for (int r = 0; r <= ROUNDS; r++) {
+                if (made[w][r] == NULL) continue;
+                CHECKF(pat_check_k(made[w][r], made_size[w][r], (uint64_t)r) == (size_t)-1,
+                       "wave %d thread %d: block of destructor round %d corrupted", t, w, r);
+                free(made[w][r]);
+                made[w][r] = NULL;
+            }
         }
         if (tidemalloc) {
             struct tidemalloc_stats s = stats_now(fn);
-            CHECKF(s.heaps == heaps_before, "thread %d: %llu heaps alive after join, %llu before", t,
+            CHECKF(s.heaps == heaps_before, "wave %d: %llu heaps alive after join, %llu before", t,
                    (unsigned long long)s.heaps, (unsigned long long)heaps_before);
-            /* what the first 50 threads needed bounds the rest: a heap left
+            /* what the first waves needed bounds the rest: a heap left
              * behind per thread would keep its segments */
-            if (t < 50 && s.segments > segments_bound) segments_bound = s.segments;
-            if (t >= 50)
-                CHECKF(s.segments <= segments_bound + 1, "thread %d: %llu segments (at most %llu before)",
+            if (t < WAVES / 4 && s.segments > segments_bound) segments_bound = s.segments;
+            if (t >= WAVES / 4)
+                CHECKF(s.segments <= segments_bound + 1, "wave %d: %llu segments (at most %llu before)",
                        t, (unsigned long long)s.segments, (unsigned long long)segments_bound);
         }
     }

@@ -3,8 +3,9 @@
  * linked with the src/ files compiled -DTIDEMALLOC_PREFIX (tm_malloc...).
  *   mt_tsan core [rounds]   cross-thread frees through shared slots, realloc,
  *                           every allocation function, thread churn (threads
- *                           that exit while others hold their blocks),
- *                           concurrent malloc_trim
+ *                           that exit while others hold their blocks, and
+ *                           allocate in key destructors after their heap is
+ *                           gone), concurrent malloc_trim
  *   mt_tsan stats [rounds]  the same, plus a thread calling mallinfo2,
  *                           malloc_info, malloc_stats (twice, on stderr) and
  *                           tidemalloc_stats
@@ -147,12 +148,31 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* A key whose destructor runs after the allocator's own (its key is newer)
+ * in every round: it allocates after the thread's heap is gone, from the
+ * shared exit heap, and publishes the block for other threads to free. */
+static pthread_key_t late_key;
+static void late_destructor(void *value) {
+    uintptr_t round = (uintptr_t)value;
+    uint64_t r = 0xA0761D6478BD642Full ^ (round * 0x9E3779B97F4A7C15ull) ^ (uintptr_t)&r;
+    unsigned char *p = allocate(&r, random_size(&r) % 20000 + HEADER);
+    unsigned char *old = atomic_exchange_explicit(&slots[(r >> 7) % SLOTS], p, memory_order_acq_rel);
+    if (old) {
+        verify(old, "displaced by a destructor");
+        tm_free(old);
+    }
+    /* a second round, not the last: ThreadSanitizer's own key destructor
+     * ends the thread's sanitizer state in the last round */
+    if (round < 2) pthread_setspecific(late_key, (void *)(round + 1));
+}
+
 /* Short-lived threads: they leave blocks in the slots and exit, so their
  * segments are abandoned, freed into remotely and adopted. */
 static void *short_lived(void *arg) {
     uint64_t r = 0xD1B54A32D192ED03ull ^ ((uintptr_t)arg * 0x9E3779B97F4A7C15ull);
     unsigned char *own[32];
     for (int k = 0; k < 32; k++) own[k] = allocate(&r, random_size(&r) % 4096 + HEADER);
+    pthread_setspecific(late_key, (void *)1);
     for (int k = 0; k < 200; k++) step(&r);
     for (int k = 0; k < 32; k += 2) { /* half freed here, half published */
         verify(own[k], "own");
@@ -209,6 +229,8 @@ int main(int argc, char **argv) {
     tm_mallopt(M_BACKGROUND_PURGE, 0);
 #endif
 #endif
+    tm_free(tm_malloc(16)); /* the allocator's key first */
+    if (pthread_key_create(&late_key, late_destructor)) DIE("pthread_key_create");
     pthread_t threads[WORKERS], churner, reader;
     if (with_stats && pthread_create(&reader, NULL, stats_reader, NULL)) DIE("pthread_create");
     for (uintptr_t i = 0; i < WORKERS; i++)
