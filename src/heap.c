@@ -155,11 +155,16 @@ static struct heap *exit_heap; /* exit heap lock */
 static __thread uint8_t t_heap_exited __attribute__((tls_model("initial-exec")));
 #define EXIT_HEAP_ID 16 /* a thread id is its TLS address: never 16 */
 
-/* Locks the exit heap and returns it (NULL without memory: still locked). */
-static struct heap *exit_heap_enter(void) {
+/* malloc (alignment 0) or an aligned allocation from the exit heap. */
+static void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) {
     spin_lock(&g_exit_heap_lock);
     if (exit_heap == NULL) exit_heap = heap_create(EXIT_HEAP_ID);
-    return exit_heap;
+    void *p = exit_heap == NULL ? NULL
+              : alignment       ? heap_malloc_aligned(exit_heap, alignment, size)
+                                : heap_malloc_generic(exit_heap, size, is_zero);
+    spin_unlock(&g_exit_heap_lock);
+    if (p == NULL) errno = ENOMEM;
+    return p;
 }
 
 /* Fork child: the exit heap was abandoned with the other threads' heaps. */
@@ -520,13 +525,7 @@ static bool wants_direct_map(size_t size) {
 /* Every allocation that the inline fast path could not serve. */
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
     if (unlikely(heap == &g_empty_heap)) {
-        if (unlikely(t_heap_exited)) {
-            struct heap *shared = exit_heap_enter();
-            void *p = shared ? heap_malloc_generic(shared, size, is_zero) : NULL;
-            spin_unlock(&g_exit_heap_lock);
-            if (p == NULL) errno = ENOMEM;
-            return p;
-        }
+        if (unlikely(t_heap_exited)) return exit_heap_malloc(0, size, is_zero);
         heap = heap_for_thread();
         if (heap == NULL) goto out_of_memory;
     }
@@ -564,13 +563,7 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
 /* alignment is a power of two above 16. */
 void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
     if (unlikely(heap == &g_empty_heap)) {
-        if (unlikely(t_heap_exited)) {
-            struct heap *shared = exit_heap_enter();
-            void *p = shared ? heap_malloc_aligned(shared, alignment, size) : NULL;
-            spin_unlock(&g_exit_heap_lock);
-            if (p == NULL) errno = ENOMEM;
-            return p;
-        }
+        if (unlikely(t_heap_exited)) return exit_heap_malloc(alignment, size, NULL);
         heap = heap_for_thread();
         if (heap == NULL) goto out_of_memory;
     }
