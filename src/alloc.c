@@ -106,9 +106,14 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
     }
     size_t usable = block_usable_size(p, "realloc(): invalid pointer");
     bool in_segment = segment_map_contains((uintptr_t)p);
-    /* A large block gives its spare slices back; other blocks shrink in
-     * place unless most of the block would idle. */
+    /* A large block gives its spare slices back, a mapped one its spare
+     * pages; other blocks shrink in place unless most of the block would
+     * idle. */
     if (size <= usable && usable > SMALL_MAX && in_segment && heap_large_shrink(p, size)) return p;
+    if (size <= usable && !in_segment && !g_options.checked) {
+        void *same = huge_realloc(p, size); /* NULL: too small now, moves */
+        if (same) return same;
+    }
     if (size <= usable && (size >= usable / 2 || usable <= 64) && !g_options.checked) return p;
     if (!in_segment) {
         void *moved = huge_realloc(p, size); /* in place or mremap */

@@ -231,8 +231,10 @@ size_t huge_usable_size(const void *p) {
     return usable;
 }
 
-/* Grows or shrinks in place when the mapping allows, else moves it with
- * mremap. NULL: the caller copies instead (p untouched). */
+/* Grows the mapping with mremap (in place when the kernel can, else it moves
+ * the pages), or shrinks it in place, giving the pages past the new size back
+ * as glibc does for its mapped chunks. NULL: the caller copies instead (p
+ * untouched). */
 void *huge_realloc(void *p, size_t size) {
     if (size <= LARGE_MAX / 2 || size > PTRDIFF_MAX - OS_PAGE_SIZE) return NULL;
     size_t map_size = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
@@ -243,7 +245,7 @@ void *huge_realloc(void *p, size_t size) {
         return NULL;
     }
     struct huge_entry entry = *found;
-    if (map_size <= entry.map_size && map_size >= entry.map_size / 2) {
+    if (map_size == entry.map_size) {
         spin_unlock(&g_huge_lock);
         return p;
     }

@@ -1,7 +1,7 @@
 /* realloc of a large block (64 KiB .. 4 MiB, served from slices) by the
  * thread that owns it shrinks it in place, giving back the slices past its
- * new size, and grows it in place when the slices right after it are
- * free, and moves it otherwise: when a neighbour holds them, when the block
+ * new size (a mapped block gives back its pages), and grows it in place when
+ * the slices right after it are free, and moves it otherwise: when a neighbour holds them, when the block
  * outgrows the slices (huge), or when another thread reallocs it. The
  * contents survive every way, a neighbour is never overwritten, and a pointer
  * into the grown part is still no block start (free aborts).
@@ -133,6 +133,23 @@ int main(void) {
     CHECK(small != NULL && pat_check_k(small, 1000, 5) == (size_t)-1);
     if (tidemalloc) CHECKF(malloc_usable_size(small) < 2000, "1 MiB -> 1000 B kept %zu bytes",
                            malloc_usable_size(small));
+
+    /* A mapped block (above any mmap threshold) shrinking keeps its address
+     * and gives the pages past its new size back, as glibc's mremap of its
+     * mapped chunks does. */
+    char *m = malloc(64 * MB);
+    CHECK(m != NULL);
+    pat_fill_k(m, 64 * MB, 6);
+    size_t rss_full = rss_bytes();
+    char *m2 = realloc(m, 40 * MB + 123);
+    CHECK(m2 != NULL && pat_check_k(m2, 40 * MB + 123, 6) == (size_t)-1);
+    if (tidemalloc) {
+        CHECKF(m2 == m, "64 MiB -> 40 MiB moved (%p -> %p)", m, m2);
+        CHECKF(rss_bytes() + 20 * MB < rss_full, "RSS %zu MiB after shrinking 64 MiB to 40, %zu before",
+               rss_bytes() >> 20, rss_full >> 20);
+        CHECKF(malloc_usable_size(m2) < 41 * MB, "usable %zu after the shrink", malloc_usable_size(m2));
+    }
+    free(m2);
 
     free(small);
     free(h.p);
