@@ -4,7 +4,9 @@
 #   gcc -O2 on a generated ~3000-line C file (assembly, object and the
 #   program's output compared), sqlite3 on an in-memory database, and
 #   ghostscript rendering a generated document in bands on 2 threads (the
-#   pages compared), by default, in aggressive mode and in secure mode.
+#   pages compared), by default, in aggressive mode and in secure mode, and
+#   CPython's own regression tests for its core types, threads and fork
+#   (Debian's libpython3.X-testsuite), every object from malloc.
 #   TEST_PRELOAD  library to preload; defaults to $TIDEMALLOC_LIB (set it to a
 #                 peer, or to the empty string for glibc, to validate the suite).
 #   TEST_TIMEOUT  seconds per program run (default 90).
@@ -21,6 +23,7 @@ trap 'rm -rf "$work"' EXIT
 gs_modes=(default aggressive secure)
 names=(preload-active python3-churn perl-churn gcc-O2-generated sqlite3-memory)
 for m in "${gs_modes[@]}"; do names+=("gs-render-$m"); done
+names+=(python3-regrtest)
 if [ -n "$preload" ] && [ ! -e "$preload" ]; then
   for n in "${names[@]}"; do echo "SKIP $n library $preload not built"; done
   exit 0
@@ -150,5 +153,27 @@ if command -v gs >/dev/null && [ -x /usr/bin/python3 ]; then
   done
 else
   for m in "${gs_modes[@]}"; do echo "SKIP gs-render-$m ghostscript or python3 not installed"; done
+fi
+
+# CPython's regression tests: they must pass under the library as they do
+# under glibc (regrtest's output holds timings, so the verdict is its status).
+pytests=(test_thread test_queue test_dict test_list test_set test_bytes test_re test_json test_gc
+  test_weakref test_collections test_unicode test_pickle test_fork1 test_mmap)
+pyver=$(/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null)
+if [ -n "$pyver" ] && [ -f "/usr/lib/python$pyver/test/test_dict.py" ]; then
+  for side in ref test; do
+    run_one "$work/python3-regrtest/$side" env PYTHONMALLOC=malloc /usr/bin/python3 -m test -j2 \
+      "${pytests[@]}"
+  done
+  d=$work/python3-regrtest
+  if [ "$(cat "$d/ref/rc")" != 0 ]; then
+    echo "FAIL python3-regrtest reference run (glibc) failed: $(grep -m3 -E 'failed|crashed' "$d/ref/stdout" | tr '\n' ' ' | cut -c1-200)"
+  elif [ "$(cat "$d/test/rc")" != 0 ]; then
+    echo "FAIL python3-regrtest exit status $(cat "$d/test/rc"): $(grep -m3 -E 'failed|crashed|Fatal|Abort' "$d/test/stdout" "$d/test/stderr" | tr '\n' ' ' | cut -c1-300)"
+  else
+    echo "PASS python3-regrtest"
+  fi
+else
+  echo "SKIP python3-regrtest CPython's test package not installed (libpython3.X-testsuite)"
 fi
 exit 0
