@@ -175,7 +175,8 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         }
     }
     if (base == 0) {
-        base = (uintptr_t)os_map(map_size);
+        base = (uintptr_t)(retain_on_free && map_size >= SEGMENT_SIZE ? os_map_aligned(map_size)
+                                                                      : os_map(map_size));
         if (base == 0) {
             /* Memory is short: give cached mappings back and try once more. */
             if (huge_cache_trim(true, 0)) base = (uintptr_t)os_map(map_size);
@@ -284,6 +285,31 @@ bool huge_cache_trim(bool everything, uint32_t now) {
         released = true;
     }
     return released;
+}
+
+/* A cached mapping that starts on a segment boundary and holds a whole
+ * segment, for a new segment: its pages are resident already. */
+void *huge_cache_take_segment(void) {
+    if (atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed) < SEGMENT_SIZE)
+        return NULL;
+    spin_lock(&g_huge_lock);
+    int best = -1;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (cache[i].base && (cache[i].base & SEGMENT_MASK) == 0 &&
+            cache[i].map_size >= SEGMENT_SIZE &&
+            (best < 0 || cache[i].map_size < cache[best].map_size))
+            best = i;
+    struct cached_mapping c = {0, 0, 0};
+    if (best >= 0) {
+        c = cache[best];
+        cache[best].base = 0;
+        atomic_fetch_sub_explicit(&g_huge_cached_bytes, c.map_size, memory_order_relaxed);
+    }
+    spin_unlock(&g_huge_lock);
+    if (c.base == 0) return NULL;
+    if (c.map_size > SEGMENT_SIZE)
+        os_unmap((void *)(c.base + SEGMENT_SIZE), c.map_size - SEGMENT_SIZE);
+    return (void *)c.base;
 }
 
 /* Secure mode: the block ends right before a PROT_NONE page. */

@@ -45,6 +45,26 @@ void *os_map(size_t size) {
     return p;
 }
 
+/* A mapping starting on a segment boundary (experiment). */
+void *os_map_aligned(size_t size) {
+    size_t span = size + SEGMENT_SIZE;
+    COUNT(mmap_calls, 1);
+    char *raw = raw_mmap(NULL, span, 0);
+    if (raw == MAP_FAILED) return NULL;
+    char *aligned = (char *)(((uintptr_t)raw + SEGMENT_MASK) & ~(uintptr_t)SEGMENT_MASK);
+    size_t head = (size_t)(aligned - raw), tail = span - head - size;
+    if (head) {
+        COUNT(munmap_calls, 1);
+        raw_munmap(raw, head);
+    }
+    if (tail) {
+        COUNT(munmap_calls, 1);
+        raw_munmap(aligned + size, tail);
+    }
+    COUNT(bytes_mapped, size);
+    return aligned;
+}
+
 void os_unmap(void *address, size_t size) {
     COUNT(munmap_calls, 1);
     raw_munmap(address, size);

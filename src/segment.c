@@ -59,11 +59,17 @@ static void retained_add(uint64_t slices_mask, bool add) {
 }
 
 static struct segment *segment_create(void) {
-    struct segment *segment = os_map_segment();
+    struct segment *segment = huge_cache_take_segment();
+    bool dirty = segment != NULL;
+    if (dirty)
+        memset(segment, 0, sizeof *segment);
+    else
+        segment = os_map_segment();
     if (segment == NULL) return NULL;
     /* Fresh mapping reads as zero: only the non-zero fields need setting. */
     segment->free_slices = ~(uint64_t)1; /* every slice but the header */
-    segment->dirty_slices = 1;
+    segment->dirty_slices = dirty ? ~(uint64_t)0 : 1;
+    if (dirty) retained_add(segment->free_slices, true);
     for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++)
         segment->pages[i].first = &segment->pages[i];
     spin_lock(&g_registry_lock);
