@@ -2,7 +2,8 @@
  * table keyed by the address we returned (so free() of a pointer we never
  * returned is recognised). Blocks allocated below the mmap threshold (too big
  * for a segment) are kept in a small cache when freed, and released by the
- * purge policy like any other retained memory. */
+ * purge policy like any other retained memory; one that can hold a segment
+ * becomes the next new segment (segment_create). */
 #define _GNU_SOURCE
 #include <string.h>
 

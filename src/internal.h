@@ -90,8 +90,8 @@ void *os_map(size_t size) INTERNAL; /* NULL on failure */
 void os_unmap(void *address, size_t size) INTERNAL;
 bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
 void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
-void *os_map_aligned(size_t size) INTERNAL;
-void *os_map_segment(void) INTERNAL; /* SEGMENT_SIZE-aligned, NULL on failure */
+void *os_map_aligned(size_t size) INTERNAL; /* starts on a segment boundary; NULL on failure */
+void *os_map_segment(void) INTERNAL;        /* SEGMENT_SIZE-aligned, NULL on failure */
 bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 
 /* ---- size classes ---- */
@@ -305,9 +305,10 @@ void heap_double_free_check(struct heap *heap, struct page *page, struct block *
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
 bool huge_free(void *p) INTERNAL;
-void *huge_cache_take_segment(void) INTERNAL;      /* false: not ours */
-size_t huge_usable_size(const void *p) INTERNAL;   /* 0: not ours */
-void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
+void *huge_cache_take_segment(void) INTERNAL;
+    /* a cached mapping for a new segment, or NULL */ /* false: not ours */
+size_t huge_usable_size(const void *p) INTERNAL;      /* 0: not ours */
+void *huge_realloc(void *p, size_t size) INTERNAL;    /* NULL: could not, p untouched */
 extern struct spin_lock g_huge_lock INTERNAL;
 bool huge_cache_trim(bool everything, uint32_t now) INTERNAL;
 extern _Atomic uint64_t g_huge_count INTERNAL;

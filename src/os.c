@@ -45,7 +45,8 @@ void *os_map(size_t size) {
     return p;
 }
 
-/* A mapping starting on a segment boundary (experiment). */
+/* A mapping that starts on a segment boundary: over-map by a segment and cut
+ * the unaligned ends off. */
 void *os_map_aligned(size_t size) {
     size_t span = size + SEGMENT_SIZE;
     COUNT(mmap_calls, 1);
@@ -121,23 +122,9 @@ void *os_map_segment(void) {
             break;
         }
     }
-    /* Over-map by one segment and cut the unaligned ends off. */
-    size_t span = 2 * SEGMENT_SIZE;
-    COUNT(mmap_calls, 1);
-    char *raw = raw_mmap(NULL, span, 0);
-    if (raw == MAP_FAILED) return NULL;
-    char *aligned = (char *)(((uintptr_t)raw + SEGMENT_MASK) & ~(uintptr_t)SEGMENT_MASK);
-    size_t head = (size_t)(aligned - raw), tail = span - head - SEGMENT_SIZE;
-    if (head) {
-        COUNT(munmap_calls, 1);
-        raw_munmap(raw, head);
-    }
-    if (tail) {
-        COUNT(munmap_calls, 1);
-        raw_munmap(aligned + SEGMENT_SIZE, tail);
-    }
+    char *aligned = os_map_aligned(SEGMENT_SIZE);
+    if (aligned == NULL) return NULL;
     atomic_store_explicit(&next_segment_hint, (uintptr_t)aligned - SEGMENT_SIZE,
                           memory_order_relaxed);
-    COUNT(bytes_mapped, SEGMENT_SIZE);
     return aligned;
 }
