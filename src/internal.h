@@ -304,11 +304,10 @@ void heap_double_free_check(struct heap *heap, struct page *page, struct block *
 /* ---- huge.c ---- */
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
-bool huge_free(void *p) INTERNAL;
-void *huge_cache_take_segment(void) INTERNAL;
-    /* a cached mapping for a new segment, or NULL */ /* false: not ours */
-size_t huge_usable_size(const void *p) INTERNAL;      /* 0: not ours */
-void *huge_realloc(void *p, size_t size) INTERNAL;    /* NULL: could not, p untouched */
+bool huge_free(void *p) INTERNAL;                                 /* false: not ours */
+void *huge_cache_take_segment(void) INTERNAL;      /* a cached mapping for a new segment, or NULL */
+size_t huge_usable_size(const void *p) INTERNAL;   /* 0: not ours */
+void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
 extern struct spin_lock g_huge_lock INTERNAL;
 bool huge_cache_trim(bool everything, uint32_t now) INTERNAL;
 extern _Atomic uint64_t g_huge_count INTERNAL;
