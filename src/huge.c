@@ -247,7 +247,12 @@ void *huge_realloc(void *p, size_t size) {
         return NULL;
     }
     struct huge_entry entry = *found;
-    if (map_size == entry.map_size) {
+    /* A block from the cache may have a mapping up to 8 times its request:
+     * growing within it, or shrinking while half of it is still needed,
+     * keeps it whole. Other mappings fit their request: they shrink to it. */
+    bool keep = map_size == entry.map_size ||
+                (entry.retain && map_size < entry.map_size && map_size >= entry.map_size / 2);
+    if (keep) {
         spin_unlock(&g_huge_lock);
         return p;
     }

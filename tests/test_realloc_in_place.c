@@ -151,6 +151,29 @@ int main(void) {
     }
     free(m2);
 
+    /* A block under the threshold may get a cached mapping bigger than it
+     * asked for: growing within that mapping keeps it whole, with no mremap
+     * (it must not be cut to the new size and grown again later). */
+    char *c = malloc(12 * MB); /* under the 16 MiB threshold set above: cached when freed */
+    CHECK(c != NULL);
+    memset(c, 1, 12 * MB);
+    free(c);
+    char *d = malloc(5 * MB);
+    CHECK(d != NULL);
+    pat_fill_k(d, 5 * MB, 8);
+    struct tidemalloc_stats s0 = {0}, s1 = {0};
+    tm_stats_fn stats = tm_stats_lookup();
+    if (stats) stats(&s0);
+    size_t d_usable = malloc_usable_size(d);
+    char *d2 = realloc(d, 6 * MB);
+    CHECK(d2 != NULL && pat_check_k(d2, 5 * MB, 8) == (size_t)-1);
+    if (stats) stats(&s1);
+    if (tidemalloc && d_usable >= 6 * MB)
+        CHECKF(d2 == d && s1.mremap_calls == s0.mremap_calls,
+               "5 -> 6 MiB inside a %zu-byte mapping: %p -> %p, %llu mremap calls", d_usable,
+               d, d2, (unsigned long long)(s1.mremap_calls - s0.mremap_calls));
+    free(d2);
+
     free(small);
     free(h.p);
     free(a);
