@@ -127,6 +127,7 @@ static struct cached_mapping cache_take(size_t map_size) {
     if (best_slot >= 0) {
         best = cache[best_slot];
         cache[best_slot].base = 0;
+        /* relaxed: a statistic and a purge trigger; the lock guards the cache */
         atomic_fetch_sub_explicit(&g_huge_cached_bytes, best.map_size, memory_order_relaxed);
     }
     return best;
@@ -296,6 +297,7 @@ bool huge_cache_trim(bool everything, uint32_t now) {
 /* A cached mapping that starts on a segment boundary and holds a whole
  * segment, for a new segment: its pages are resident already. */
 void *huge_cache_take_segment(void) {
+    /* relaxed: a hint that spares the lock; the scan under it decides */
     if (atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed) < SEGMENT_SIZE)
         return NULL;
     spin_lock(&g_huge_lock);
@@ -309,6 +311,7 @@ void *huge_cache_take_segment(void) {
     if (best >= 0) {
         c = cache[best];
         cache[best].base = 0;
+        /* relaxed: a statistic and a purge trigger, as in cache_take */
         atomic_fetch_sub_explicit(&g_huge_cached_bytes, c.map_size, memory_order_relaxed);
     }
     spin_unlock(&g_huge_lock);

@@ -59,6 +59,8 @@ static void retained_add(uint64_t slices_mask, bool add) {
 }
 
 static struct segment *segment_create(void) {
+    /* A cached huge mapping's pages are resident: they serve before new
+     * ones, once the header is cleared; all its slices are then dirty. */
     struct segment *segment = huge_cache_take_segment();
     bool dirty = segment != NULL;
     if (dirty)
@@ -66,7 +68,7 @@ static struct segment *segment_create(void) {
     else
         segment = os_map_segment();
     if (segment == NULL) return NULL;
-    /* Fresh mapping reads as zero: only the non-zero fields need setting. */
+    /* The header reads as zero: only the non-zero fields need setting. */
     segment->free_slices = ~(uint64_t)1; /* every slice but the header */
     segment->dirty_slices = dirty ? ~(uint64_t)0 : 1;
     if (dirty) retained_add(segment->free_slices, true);
