@@ -20,6 +20,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 
+#include "child_stderr.h"
 #include "common.h"
 
 /* The compiler must not see the bad frees coming (it would warn). */
@@ -232,42 +233,25 @@ static const struct {
      "malloc(): corrupted free list"},
 };
 
+/* In the child: a little allocator traffic first, so that it is
+ * initialised, then the bad free. */
+static void run_case(void *index) {
+    void *warm[8];
+    for (int i = 0; i < 8; i++)
+        warm[i] = malloc((size_t)(i + 1) * 24);
+    for (int i = 0; i < 8; i++)
+        free(warm[i]);
+    cases[*(int *)index].run();
+}
+
 int main(void) {
     int failures = 0, lenient = 0;
     const int strict_required = tm_expected();
     const int ncases = (int)(sizeof cases / sizeof cases[0]);
     for (int c = 0; c < ncases; c++) {
-        int pipefd[2];
-        CHECK(pipe(pipefd) == 0);
-        pid_t pid = fork();
-        CHECK(pid >= 0);
-        if (pid == 0) {
-            struct rlimit no_core = {0, 0};
-            setrlimit(RLIMIT_CORE, &no_core);
-            dup2(pipefd[1], 2);
-            close(pipefd[0]);
-            close(pipefd[1]);
-            /* a little allocator traffic first, so that it is initialised */
-            void *warm[8];
-            for (int i = 0; i < 8; i++)
-                warm[i] = malloc((size_t)(i + 1) * 24);
-            for (int i = 0; i < 8; i++)
-                free(warm[i]);
-            cases[c].run();
-            _exit(0); /* survived the bad free */
-        }
-        close(pipefd[1]);
         char msg[4096];
-        size_t len = 0;
-        ssize_t r;
-        while (len < sizeof msg - 1 && (r = read(pipefd[0], msg + len, sizeof msg - 1 - len)) > 0)
-            len += (size_t)r;
-        msg[len] = 0;
-        close(pipefd[0]);
-        int status = 0;
-        CHECK(waitpid(pid, &status, 0) == pid);
-        char *nl = strchr(msg, '\n');
-        if (nl) *nl = 0;
+        int status = run_in_child(run_case, &c, msg, sizeof msg);
+        CHECK(status != -1);
         int aborted = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
         int named = strstr(msg, cases[c].fn) != NULL || strstr(msg, "free(): ") != NULL;
         if (!aborted || !named) {

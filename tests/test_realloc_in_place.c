@@ -11,6 +11,7 @@
 #include <pthread.h>
 #include <sys/wait.h>
 
+#include "child_stderr.h"
 #include "common.h"
 
 #define KB ((size_t)1 << 10)
@@ -44,27 +45,19 @@ static void *realloc_elsewhere(void *arg) {
     return NULL;
 }
 
+static void free_it(void *p) {
+    free(p);
+}
+
 /* In a child: free a pointer into the grown part of a block; must abort
  * with "free(): invalid pointer" on stderr. */
 static void expect_interior_free_aborts(char *block, size_t offset) {
-    int fds[2];
-    CHECK(pipe(fds) == 0);
-    pid_t pid = fork();
-    CHECK(pid >= 0);
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        free(launder(block + offset));
-        _exit(0);
-    }
-    close(fds[1]);
-    char msg[256] = {0};
-    ssize_t n = read(fds[0], msg, sizeof msg - 1);
-    close(fds[0]);
-    int status = 0;
-    CHECK(waitpid(pid, &status, 0) == pid);
+    char msg[256];
+    int status = run_in_child(free_it, launder(block + offset), msg, sizeof msg);
+    CHECK(status != -1);
     CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
            "free(block + %zu) after growth did not abort (status %#x)", offset, status);
-    CHECKF(n > 0 && strstr(msg, "free(): invalid pointer") != NULL, "message was: %s", msg);
+    CHECKF(strstr(msg, "free(): invalid pointer") != NULL, "message was: %s", msg);
 }
 
 int main(void) {

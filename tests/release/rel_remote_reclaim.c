@@ -24,6 +24,7 @@
 #include <sys/wait.h>
 #include <time.h>
 
+#include "../child_stderr.h"
 #include "release.h"
 
 #define TARGET     ((size_t)32 << 20)
@@ -96,26 +97,18 @@ static void free_all_remote(void) {
     for (size_t i = 1; i < nblocks; i += 2) free(blocks[i]);
 }
 
+static void free_it(void *p) {
+    free(p);
+}
+
 /* In a child: free again a block of a page malloc_trim reclaimed. */
 static void child_free_again(void *victim) {
-    int fds[2];
-    REL_CHECK(pipe(fds) == 0, "pipe failed");
-    pid_t pid = fork();
-    REL_CHECK(pid >= 0, "fork failed");
-    if (pid == 0) {
-        dup2(fds[1], 2);
-        free(victim);
-        _exit(0);
-    }
-    close(fds[1]);
-    char msg[256] = {0};
-    ssize_t n = read(fds[0], msg, sizeof msg - 1);
-    close(fds[0]);
-    int status = 0;
-    REL_CHECK(waitpid(pid, &status, 0) == pid, "waitpid failed");
+    char msg[256];
+    int status = run_in_child(free_it, victim, msg, sizeof msg);
+    REL_CHECK(status != -1, "pipe, fork or waitpid failed");
     REL_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
               "a second free of a block in a reclaimed page did not abort (status %#x)", status);
-    REL_CHECK(n > 0 && strstr(msg, "free(): ") != NULL, "abort message was: %s", msg);
+    REL_CHECK(strstr(msg, "free(): ") != NULL, "abort message was: %s", msg);
 }
 
 int main(int argc, char **argv) {

@@ -13,7 +13,7 @@ release-tests: $(REL_BINS)
 $(BUILD)/release:
 	mkdir -p $@
 
-$(BUILD)/release/rel_%: tests/release/rel_%.c tests/release/release.h include/tidemalloc.h | $(BUILD)/release
+$(BUILD)/release/rel_%: tests/release/rel_%.c tests/release/release.h tests/child_stderr.h include/tidemalloc.h | $(BUILD)/release
 	$(CC) $(REL_CFLAGS) $< -o $@ $(REL_LDLIBS)
 
 # The set-uid check needs a copy linked against the library itself.
