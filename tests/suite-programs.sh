@@ -6,7 +6,10 @@
 #   ghostscript rendering a generated document in bands on 2 threads (the
 #   pages compared), by default, in aggressive mode and in secure mode, and
 #   CPython's own regression tests for its core types, threads and fork
-#   (Debian's libpython3.X-testsuite), every object from malloc.
+#   (Debian's libpython3.X-testsuite), every object from malloc, and
+#   redis-server with 2 I/O threads loading a generated dataset, forking for
+#   a BGSAVE under redis-benchmark's load and reloading (the dataset's
+#   DEBUG DIGEST compared), by default and in secure mode.
 #   TEST_PRELOAD  library to preload; defaults to $TIDEMALLOC_LIB (set it to a
 #                 peer, or to the empty string for glibc, to validate the suite).
 #   TEST_TIMEOUT  seconds per program run (default 90).
@@ -23,7 +26,7 @@ trap 'rm -rf "$work"' EXIT
 gs_modes=(default aggressive secure)
 names=(preload-active python3-churn perl-churn gcc-O2-generated sqlite3-memory)
 for m in "${gs_modes[@]}"; do names+=("gs-render-$m"); done
-names+=(python3-regrtest)
+names+=(python3-regrtest redis-server redis-server-secure)
 if [ -n "$preload" ] && [ ! -e "$preload" ]; then
   for n in "${names[@]}"; do echo "SKIP $n library $preload not built"; done
   exit 0
@@ -175,5 +178,25 @@ if [ -n "$pyver" ] && [ -f "/usr/lib/python$pyver/test/test_dict.py" ]; then
   fi
 else
   echo "SKIP python3-regrtest CPython's test package not installed (libpython3.X-testsuite)"
+fi
+
+# redis-server: Debian links it with jemalloc, so the reference run is
+# jemalloc's and the preloaded library replaces it (malloc, free, realloc,
+# calloc and malloc_usable_size; its mallctl calls still reach jemalloc).
+if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
+  [ -x /usr/bin/python3 ]; then
+  for name in redis-server redis-server-secure; do
+    mode_env=(X_TIDEMALLOC_MODE=default)
+    [ "$name" = redis-server-secure ] && mode_env=(MALLOC_CHECK_=3)
+    for side in ref test; do
+      run_one "$work/$name/$side" env "${mode_env[@]}" sh "$progs/redis_session.sh" \
+        "$progs/gen_redis.py" 30000
+    done
+    verdict "$name"
+  done
+else
+  for name in redis-server redis-server-secure; do
+    echo "SKIP $name redis-server or redis-tools not installed"
+  done
 fi
 exit 0
