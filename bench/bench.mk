@@ -10,7 +10,7 @@ BENCH_ARGS   ?=
 
 .PHONY: bench bench-quick bench-insns bench-checks bench-ebizzy bench-gs bench-build
 
-bench-build: $(BENCH_BINS)
+bench-build: $(BENCH_BINS) $(BENCH_DIR)/rss_parts.so
 
 $(BENCH_DIR)/%: bench/%.c bench/common.h | $(BENCH_DIR)
 	$(CC) $(BENCH_CFLAGS) $< -o $@
@@ -35,3 +35,7 @@ bench-ebizzy: lib bench-build
 
 bench-gs: lib bench-build
 	$(BENCH_PY) bench/run.py gs $(BENCH_ARGS)
+
+# rss_parts.so: where resident memory sits, by part (a diagnostic; see its header)
+$(BENCH_DIR)/rss_parts.so: bench/rss_parts.c src/types.h src/lock.h | $(BENCH_DIR)
+	$(CC) $(BENCH_CFLAGS) -fPIC -shared $< -o $@ -ldl

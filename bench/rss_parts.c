@@ -1,0 +1,291 @@
+/* rss_parts.so: where a program's resident memory sits under tidemalloc.
+ *
+ *   RSS_PARTS=1 LD_PRELOAD="build/bench/rss_parts.so build/libtidemalloc.so" PROGRAM...
+ *
+ * (this library first: it forwards the allocation calls to the next one.)
+ * Every 20 ms a thread reads /proc/self/status and tidemalloc's segments,
+ * found in /proc/self/maps and recognised by their headers, and sorts each
+ * resident OS page (mincore) by what holds it: a segment header, a class
+ * page, a large page or a free slice. It also sums the resident pages of the
+ * live blocks of 64 KiB or more outside segments (direct-mapped blocks,
+ * tracked through the calls it forwards). At exit it prints the averages on
+ * stderr; "program's own" is anonymous memory that is none of these (stacks,
+ * static data, the program's own mappings, cached huge mappings). Headers are
+ * read with pread on /proc/self/mem, so a segment unmapped meanwhile reads as
+ * an error instead of a crash. A diagnostic, not a benchmark: the sampling
+ * thread and its locks slow the program down. */
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "../src/types.h"
+
+#define TRACK_MIN   ((size_t)64 << 10) /* blocks tracked: may be direct-mapped */
+#define TRACK_SLOTS 4096               /* open addressing, power of two */
+#define MAX_SEGMENTS 1024
+
+static void *(*next_malloc)(size_t);
+static void *(*next_calloc)(size_t, size_t);
+static void *(*next_realloc)(void *, size_t);
+static void (*next_free)(void *);
+static void *(*next_memalign)(size_t, size_t);
+static int (*next_posix_memalign)(void **, size_t, size_t);
+static void *(*next_aligned_alloc)(size_t, size_t);
+static size_t (*next_usable_size)(void *);
+
+static void *tracked[TRACK_SLOTS];
+static pthread_mutex_t track_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static size_t slot_of(const void *p) {
+    return (size_t)(((uintptr_t)p >> 4) * 0x9E3779B97F4A7C15ull >> 52) & (TRACK_SLOTS - 1);
+}
+
+static void track(void *p) {
+    if (p == NULL || next_usable_size(p) < TRACK_MIN) return;
+    pthread_mutex_lock(&track_lock);
+    size_t i = slot_of(p);
+    for (size_t n = 0; n < TRACK_SLOTS && tracked[i]; n++) i = (i + 1) & (TRACK_SLOTS - 1);
+    if (tracked[i] == NULL) tracked[i] = p; /* a full table drops the block */
+    pthread_mutex_unlock(&track_lock);
+}
+
+static void untrack(void *p) {
+    if (p == NULL || next_usable_size(p) < TRACK_MIN) return;
+    pthread_mutex_lock(&track_lock);
+    size_t i = slot_of(p);
+    for (size_t n = 0; n < TRACK_SLOTS && tracked[i] != p; n++) i = (i + 1) & (TRACK_SLOTS - 1);
+    if (tracked[i] == p) {
+        /* backward-shift deletion keeps every probe chain whole */
+        size_t hole = i, j = i;
+        for (;;) {
+            j = (j + 1) & (TRACK_SLOTS - 1);
+            if (tracked[j] == NULL) break;
+            size_t home = slot_of(tracked[j]);
+            if ((j > hole && (home <= hole || home > j)) || (j < hole && home <= hole && home > j)) {
+                tracked[hole] = tracked[j];
+                hole = j;
+            }
+        }
+        tracked[hole] = NULL;
+    }
+    pthread_mutex_unlock(&track_lock);
+}
+
+/* dlsym's own calloc, before the next library's is known */
+static char early_heap[8192];
+static size_t early_used;
+
+static void resolve(void) {
+    if (next_malloc) return;
+    next_calloc = dlsym(RTLD_NEXT, "calloc");
+    next_realloc = dlsym(RTLD_NEXT, "realloc");
+    next_free = dlsym(RTLD_NEXT, "free");
+    next_memalign = dlsym(RTLD_NEXT, "memalign");
+    next_posix_memalign = dlsym(RTLD_NEXT, "posix_memalign");
+    next_aligned_alloc = dlsym(RTLD_NEXT, "aligned_alloc");
+    next_usable_size = dlsym(RTLD_NEXT, "malloc_usable_size");
+    next_malloc = dlsym(RTLD_NEXT, "malloc");
+}
+
+void *malloc(size_t size) {
+    resolve();
+    void *p = next_malloc(size);
+    track(p);
+    return p;
+}
+void *calloc(size_t count, size_t size) {
+    if (next_calloc == NULL) {
+        if (next_malloc == NULL && early_used + count * size + 16 <= sizeof early_heap) {
+            void *p = early_heap + early_used; /* static storage reads as zero */
+            early_used += (count * size + 15) & ~(size_t)15;
+            return p;
+        }
+        resolve();
+    }
+    void *p = next_calloc(count, size);
+    track(p);
+    return p;
+}
+void *realloc(void *p, size_t size) {
+    resolve();
+    untrack(p);
+    void *q = next_realloc(p, size);
+    track(q != NULL ? q : size != 0 ? p : NULL);
+    return q;
+}
+void free(void *p) {
+    if ((char *)p >= early_heap && (char *)p < early_heap + sizeof early_heap) return;
+    resolve();
+    untrack(p);
+    next_free(p);
+}
+void *memalign(size_t alignment, size_t size) {
+    resolve();
+    void *p = next_memalign(alignment, size);
+    track(p);
+    return p;
+}
+void *aligned_alloc(size_t alignment, size_t size) {
+    resolve();
+    void *p = next_aligned_alloc(alignment, size);
+    track(p);
+    return p;
+}
+int posix_memalign(void **out, size_t alignment, size_t size) {
+    resolve();
+    int err = next_posix_memalign(out, alignment, size);
+    if (err == 0) track(*out);
+    return err;
+}
+
+enum part { HEADER, CLASS_PAGES, LARGE_PAGES, FREE_SLICES, PART_COUNT };
+static const char *const part_names[PART_COUNT] = {"segment headers", "class pages", "large pages",
+                                                   "free slices"};
+static double resident_sum[PART_COUNT], in_use_sum[PART_COUNT];
+static double anon_sum, file_sum, direct_sum, samples;
+static uintptr_t segments[MAX_SEGMENTS];
+static int segment_count;
+static int mem_fd = -1;
+static char maps[1 << 18];
+static struct segment header; /* a copy of the segment being read */
+static unsigned char residency[SEGMENT_SIZE / OS_PAGE_SIZE];
+
+static long status_kib(const char *buffer, const char *key) {
+    const char *at = strstr(buffer, key);
+    return at ? strtol(at + strlen(key), NULL, 10) : 0;
+}
+
+/* A 4 MiB-aligned anonymous region is a segment if every slice's `first`
+ * points into the header's own descriptor array, as types.h requires. */
+static bool read_segment(uintptr_t base) {
+    if (pread(mem_fd, &header, sizeof header, (off_t)base) != (ssize_t)sizeof header) return false;
+    for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++) {
+        uintptr_t first = (uintptr_t)header.pages[i].first;
+        uintptr_t lo = base + offsetof(struct segment, pages);
+        if (first < lo || first >= lo + sizeof header.pages) return false;
+    }
+    return true;
+}
+
+static void find_segments(void) {
+    int fd = open("/proc/self/maps", O_RDONLY);
+    size_t used = 0;
+    ssize_t got;
+    while (fd >= 0 && (got = read(fd, maps + used, sizeof maps - 1 - used)) > 0) used += (size_t)got;
+    if (fd >= 0) close(fd);
+    maps[used] = 0;
+    segment_count = 0;
+    for (char *line = maps; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        unsigned long lo, hi;
+        char perms[8];
+        int name_at = 0;
+        if (sscanf(line, "%lx-%lx %7s %*s %*s %*s%n", &lo, &hi, perms, &name_at) >= 3 &&
+            perms[0] == 'r' && perms[1] == 'w' && strpbrk(line + name_at, "/[") == NULL) {
+            for (uintptr_t s = (lo + SEGMENT_MASK) & ~(uintptr_t)SEGMENT_MASK;
+                 s + SEGMENT_SIZE <= hi && segment_count < MAX_SEGMENTS; s += SEGMENT_SIZE)
+                segments[segment_count++] = s;
+        }
+        line = end ? end + 1 : NULL;
+    }
+}
+
+static double resident_bytes(uintptr_t from, size_t length) {
+    uintptr_t start = from & ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    size_t pages = (from + length - start + OS_PAGE_SIZE - 1) / OS_PAGE_SIZE;
+    if (pages > sizeof residency || mincore((void *)start, pages * OS_PAGE_SIZE, residency)) return 0;
+    double bytes = 0;
+    for (size_t i = 0; i < pages; i++) bytes += (residency[i] & 1) * (double)OS_PAGE_SIZE;
+    return bytes;
+}
+
+static void sample(void) {
+    double resident[PART_COUNT] = {0}, in_use[PART_COUNT] = {0}, direct = 0;
+    find_segments();
+    for (int k = 0; k < segment_count; k++) {
+        uintptr_t base = segments[k];
+        if (!read_segment(base)) continue;
+        if (mincore((void *)base, SEGMENT_SIZE, residency)) continue;
+        for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++) {
+            double bytes = 0;
+            for (size_t q = 0; q < SLICE_SIZE / OS_PAGE_SIZE; q++)
+                bytes += (residency[i * (SLICE_SIZE / OS_PAGE_SIZE) + q] & 1) * (double)OS_PAGE_SIZE;
+            const struct page *page = &header.pages[i];
+            uintptr_t descriptors = base + offsetof(struct segment, pages);
+            size_t first = ((uintptr_t)page->first - descriptors) / sizeof *page;
+            enum part part = i == 0                                           ? HEADER
+                             : (header.free_slices >> i) & 1                 ? FREE_SLICES
+                             : header.pages[first].class_index == LARGE_CLASS ? LARGE_PAGES
+                                                                              : CLASS_PAGES;
+            resident[part] += bytes;
+            if (first == i && page->area_size != 0 && part != FREE_SLICES)
+                in_use[part] += part == LARGE_PAGES ? page->block_size
+                                                    : (double)page->used * page->block_size;
+        }
+    }
+    pthread_mutex_lock(&track_lock);
+    for (size_t i = 0; i < TRACK_SLOTS; i++) {
+        void *p = tracked[i];
+        if (p == NULL) continue;
+        uintptr_t base = (uintptr_t)p & ~(uintptr_t)SEGMENT_MASK;
+        bool in_segment = false;
+        for (int k = 0; k < segment_count && !in_segment; k++) in_segment = segments[k] == base;
+        if (!in_segment) direct += resident_bytes((uintptr_t)p, next_usable_size(p));
+    }
+    pthread_mutex_unlock(&track_lock);
+    char status[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    ssize_t got = fd >= 0 ? read(fd, status, sizeof status - 1) : -1;
+    if (fd >= 0) close(fd);
+    status[got > 0 ? got : 0] = 0;
+    for (int p = 0; p < PART_COUNT; p++) {
+        resident_sum[p] += resident[p];
+        in_use_sum[p] += in_use[p];
+    }
+    direct_sum += direct;
+    anon_sum += status_kib(status, "RssAnon:") * 1024.0;
+    file_sum += status_kib(status, "RssFile:") * 1024.0;
+    samples++;
+}
+
+static void *sampler(void *arg) {
+    (void)arg;
+    for (;;) {
+        sample();
+        usleep(20000);
+    }
+    return NULL;
+}
+
+__attribute__((destructor)) static void report(void) {
+    if (samples == 0) return;
+    const double mib = 1048576.0 * samples;
+    double segments_resident = 0;
+    fprintf(stderr, "rss_parts: averages over %.0f samples, MiB\n", samples);
+    fprintf(stderr, "  %-22s %9s %9s\n", "", "resident", "in use");
+    for (int p = 0; p < PART_COUNT; p++) {
+        fprintf(stderr, "  %-22s %9.2f %9.2f\n", part_names[p], resident_sum[p] / mib,
+                in_use_sum[p] / mib);
+        segments_resident += resident_sum[p];
+    }
+    fprintf(stderr, "  %-22s %9.2f\n", "direct-mapped blocks", direct_sum / mib);
+    fprintf(stderr, "  %-22s %9.2f\n", "program's own (rest)",
+            (anon_sum - segments_resident - direct_sum) / mib);
+    fprintf(stderr, "  %-22s %9.2f\n  %-22s %9.2f\n", "RssAnon", anon_sum / mib, "RssFile",
+            file_sum / mib);
+}
+
+__attribute__((constructor)) static void start(void) {
+    if (getenv("RSS_PARTS") == NULL) return;
+    resolve();
+    mem_fd = open("/proc/self/mem", O_RDONLY);
+    pthread_t thread;
+    pthread_create(&thread, NULL, sampler, NULL);
+}
