@@ -87,13 +87,14 @@ static NOINLINE void free_local_checked(struct segment *segment, struct page *pa
 }
 
 static NOINLINE void free_outside_segments(void *p) {
+    if (p == NULL) return;
     int saved = errno;
     if (!huge_free(p)) report_invalid_pointer("free(): invalid pointer");
     errno = saved;
 }
 
 static inline __attribute__((always_inline)) void free_inline(void *p) {
-    if (unlikely(p == NULL)) return;
+    /* NULL takes this branch too: one test fewer for every other pointer */
     if (unlikely(!segment_map_contains((uintptr_t)p))) {
         free_outside_segments(p);
         return;

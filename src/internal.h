@@ -107,14 +107,14 @@ static inline unsigned size_class_of(size_t size) {
 }
 
 /* ---- segment.c ---- */
-extern _Atomic uint64_t g_segment_map[] INTERNAL; /* bit per possible segment */
+extern _Atomic uint8_t g_segment_map[] INTERNAL; /* byte per possible segment */
+/* NULL is never in a segment (byte 0 stays clear). */
 static inline bool segment_map_contains(uintptr_t address) {
     uintptr_t index = address >> SEGMENT_SHIFT;
     if (unlikely(index >= ((uintptr_t)1 << (47 - SEGMENT_SHIFT)))) return false;
     /* relaxed: a pointer we returned was registered before it was handed out,
      * and the hand-out itself orders the caller after the registration. */
-    uint64_t word = atomic_load_explicit(&g_segment_map[index >> 6], memory_order_relaxed);
-    return (word >> (index & 63)) & 1;
+    return atomic_load_explicit(&g_segment_map[index], memory_order_relaxed) != 0;
 }
 static inline struct segment *segment_of(const void *p) {
     return (struct segment *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);

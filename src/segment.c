@@ -7,10 +7,11 @@
 
 #include "internal.h"
 
-/* One bit per possible segment in the 47-bit user address space: 4 MiB of
+/* One byte per possible segment in the 47-bit user address space: 32 MiB of
  * zero-initialised .bss, of which only the pages for addresses in use are ever
- * touched. */
-_Atomic uint64_t g_segment_map[((size_t)1 << (47 - SEGMENT_SHIFT)) / 64];
+ * touched (one 4 KiB page of it covers 16 GiB). A byte rather than a bit:
+ * free's test is then one load and compare (3 instructions fewer a free). */
+_Atomic uint8_t g_segment_map[(size_t)1 << (47 - SEGMENT_SHIFT)];
 
 struct spin_lock g_registry_lock = SPIN_LOCK_INIT;
 struct segment *g_registry; /* all live segments (registry lock) */
@@ -40,13 +41,11 @@ void remote_freed_page_note(uint64_t bytes, bool add) {
 }
 
 static void segment_map_set(struct segment *segment, bool present) {
-    uintptr_t index = (uintptr_t)segment >> SEGMENT_SHIFT;
-    uint64_t bit = (uint64_t)1 << (index & 63);
-    /* release: a reader that sees the bit also sees the initialised header. */
-    if (present)
-        atomic_fetch_or_explicit(&g_segment_map[index >> 6], bit, memory_order_release);
-    else
-        atomic_fetch_and_explicit(&g_segment_map[index >> 6], ~bit, memory_order_release);
+    /* release: a reader that sees the byte set also sees the initialised
+     * header. Each byte has one writer at a time: the segment's creator or
+     * its destroyer. */
+    atomic_store_explicit(&g_segment_map[(uintptr_t)segment >> SEGMENT_SHIFT], present,
+                          memory_order_release);
 }
 
 static void retained_add(uint64_t slices_mask, bool add) {
