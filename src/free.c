@@ -105,8 +105,8 @@ static inline __attribute__((always_inline)) void free_inline(void *p) {
     /* relaxed: equal only if this thread owns the segment, and then this
      * thread wrote the value itself; any other value takes the remote path.
      * The owner may then read the segment's heap pointer. */
-    if (likely(atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
-               current_thread_id())) {
+    if (likely(
+            is_current_thread_id(atomic_load_explicit(&segment->owner_id, memory_order_relaxed)))) {
         if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
             free_local_checked(segment, page, b);
         else

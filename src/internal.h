@@ -281,6 +281,13 @@ static inline uint64_t current_thread_id(void) {
     __asm__("mov %%fs:0, %0" : "=r"(id));
     return id;
 }
+/* id == current_thread_id(), as one compare against the TLS word (free's
+ * owner test: an instruction fewer than loading the id first). */
+static inline bool is_current_thread_id(uint64_t id) {
+    bool equal;
+    __asm__("cmp %%fs:0, %1" : "=@ccz"(equal) : "r"(id));
+    return equal;
+}
 
 /* ---- heap.c ---- */
 extern __thread struct heap *t_heap __attribute__((tls_model("initial-exec"))) INTERNAL;
