@@ -14,16 +14,23 @@ _Atomic size_t g_small_limit = SMALL_MAX;
 
 static inline void *malloc_inline(size_t size) {
     struct heap *heap = t_heap;
-    /* relaxed: a tunable; a stale value only routes one call another way. */
-    if (likely(size <= atomic_load_explicit(&g_small_limit, memory_order_relaxed))) {
-        struct page *page = heap->pages_direct[size_class_of(size)];
-        struct block *b = page->free;
-        if (likely(b != NULL)) {
-            page->free = block_next(b, true);
-            page->used++;
-            b->free_key = 0;
-            return b;
-        }
+    size_t cls; /* size_t: no zero-extension after the table load */
+    /* relaxed, both: tunables; a stale value only routes one call another
+     * way. Up to 1 KiB the table holds the limit (size_class_table_limit):
+     * the common sizes skip the limit's load and compare. */
+    if (likely(size <= 1024))
+        cls = atomic_load_explicit(&g_class_of_small[(size + 15) >> 4], memory_order_relaxed);
+    else if (likely(size <= atomic_load_explicit(&g_small_limit, memory_order_relaxed)))
+        cls = size_class_of(size);
+    else
+        return heap_malloc_slow(heap, size);
+    struct page *page = heap->pages_direct[cls];
+    struct block *b = page->free;
+    if (likely(b != NULL)) {
+        page->free = block_next(b, true);
+        page->used++;
+        b->free_key = 0;
+        return b;
     }
     return heap_malloc_slow(heap, size);
 }

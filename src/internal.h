@@ -95,12 +95,15 @@ void *os_map_segment(void) INTERNAL;        /* SEGMENT_SIZE-aligned, NULL on fai
 bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 
 /* ---- size classes ---- */
-extern const uint8_t g_class_of_small[65] INTERNAL; /* (size + 15) >> 4 -> class, to 1 KiB */
+extern _Atomic uint8_t g_class_of_small[65] INTERNAL; /* fast path: (size + 15) >> 4 -> class */
+void size_class_table_limit(size_t limit) INTERNAL;
 extern const uint32_t g_class_size[SMALL_CLASS_COUNT] INTERNAL;
 extern const uint8_t g_class_slices[SMALL_CLASS_COUNT] INTERNAL;
 
+/* The class of a size up to SMALL_MAX: 16-byte steps to 128, then 4 classes
+ * per doubling. */
 static inline unsigned size_class_of(size_t size) {
-    if (likely(size <= 1024)) return g_class_of_small[(size + 15) >> 4];
+    if (size <= 128) return (unsigned)((size + 15) >> 4);
     size_t w = size - 1;
     unsigned bit = 63u - (unsigned)__builtin_clzl(w);
     return 9u + (bit - 7u) * 4u + (unsigned)((w >> (bit - 2u)) & 3u);

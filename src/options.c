@@ -38,15 +38,12 @@ extern _Atomic size_t g_small_limit INTERNAL;
 static struct spin_lock options_lock = SPIN_LOCK_INIT;
 
 static void small_limit_update(void) {
-    if (g_options.checked) {
-        atomic_store_explicit(&g_small_limit, 0,
-                              memory_order_relaxed); /* every malloc takes the checked slow path */
-        return;
-    }
-    size_t limit = OPTION(mmap_max) == 0 || OPTION(mmap_threshold) > SMALL_MAX ? SMALL_MAX
-                   : OPTION(mmap_threshold) == 0                               ? 0
+    size_t limit = g_options.checked ? 0 /* every malloc takes the checked slow path */
+                   : OPTION(mmap_max) == 0 || OPTION(mmap_threshold) > SMALL_MAX ? SMALL_MAX
+                   : OPTION(mmap_threshold) == 0                                 ? 0
                                                  : OPTION(mmap_threshold) - 1;
     atomic_store_explicit(&g_small_limit, limit, memory_order_relaxed);
+    size_class_table_limit(limit);
 }
 
 /* glibc: freeing a mapped block raises the mmap threshold to its size (up to

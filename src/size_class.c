@@ -8,8 +8,11 @@
  * against that rule. */
 #include "internal.h"
 
-/* class of a size up to 1 KiB, indexed by (size + 15) >> 4 */
-const uint8_t g_class_of_small[65] = {
+/* class of a size up to 1 KiB, indexed by (size + 15) >> 4: malloc's fast
+ * path only. An entry is 0 (the class that stays empty, so the slow path
+ * decides) where its sizes must not come from a class: above a lowered mmap
+ * threshold, or all of them in checked mode (options.c rewrites it). */
+_Atomic uint8_t g_class_of_small[65] = {
     0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  9,  10, 10, 11, 11, 12, 12, 13, 13, 13, 13, 14,
     14, 14, 14, 15, 15, 15, 15, 16, 16, 16, 16, 17, 17, 17, 17, 17, 17, 17, 17, 18, 18, 18,
     18, 18, 18, 18, 18, 19, 19, 19, 19, 19, 19, 19, 19, 20, 20, 20, 20, 20, 20, 20, 20,
@@ -27,3 +30,14 @@ const uint8_t g_class_slices[SMALL_CLASS_COUNT] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 4, 4, 4, 4,
 };
+
+/* Routes sizes above `limit` (at most 1 KiB matters) to the slow path. */
+void size_class_table_limit(size_t limit) {
+    for (size_t i = 1; i < 65; i++) {
+        size_t largest = i << 4; /* the largest size of entry i */
+        /* relaxed: a malloc racing with mallopt may use either entry */
+        atomic_store_explicit(&g_class_of_small[i],
+                              largest <= limit ? (uint8_t)size_class_of(largest) : 0,
+                              memory_order_relaxed);
+    }
+}
