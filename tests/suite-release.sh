@@ -144,6 +144,7 @@ run tunables-bad-glibc-tunables \
   -- rel_tunables defaults
 run tunables-glibc-tunables-mmap64k GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536 -- rel_tunables small64k
 run tunables-env-mmap64k MALLOC_MMAP_THRESHOLD_=65536 -- rel_tunables small64k
+run tunables-mallopt-tiny-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables tiny
 run tunables-dynamic-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables dynamic
 run tunables-fixed-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables fixed
 run tunables-aggressive-env-normal-program MALLOC_AGGRESSIVE_MADVISE_=1 -- rel_setuid on

@@ -9,6 +9,9 @@
  *   rel_tunables small64k     run with mmap_threshold=65536 (GLIBC_TUNABLES or
  *                             MALLOC_MMAP_THRESHOLD_): a 100 KiB malloc is a
  *                             direct mapping, 1 mmap, and its free 1 munmap
+ *   rel_tunables tiny         mallopt(M_MMAP_THRESHOLD, 512): 600 B is a direct
+ *                             mapping, 400 B is not; back at 128 KiB, 600 B is
+ *                             not mapped either
  *   rel_tunables dynamic      glibc's dynamic threshold: after freeing a 1 MiB
  *                             mapped block, the next 1 MiB malloc is not mapped
  *   rel_tunables fixed        after mallopt(M_MMAP_THRESHOLD, 128 KiB) the
@@ -64,7 +67,7 @@ static void warm_up(void) {
 
 int main(int argc, char **argv) {
     if (argc != 2) {
-        fprintf(stderr, "usage: rel_tunables range|defaults|small64k|dynamic|fixed\n");
+        fprintf(stderr, "usage: rel_tunables range|defaults|small64k|tiny|dynamic|fixed\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -115,6 +118,24 @@ int main(int argc, char **argv) {
         REL_CHECK(f.munmap == 1, "free of the 100 KiB mapping made %llu munmap calls (want 1)",
                   (unsigned long long)f.munmap);
         REL_CHECK(m2.huge == 0, "a 60 KiB block below the 64 KiB threshold was mapped");
+    } else if (strcmp(mode, "tiny") == 0) {
+        /* malloc's fast path keeps this limit in its class table up to 1 KiB:
+         * a page of 600 B blocks with free blocks on it must not serve one */
+        free(malloc(600));
+        REL_CHECK(mallopt(M_MMAP_THRESHOLD, 512) == 1, "mallopt(M_MMAP_THRESHOLD, 512) failed");
+        struct delta m2, f2, m3, f3;
+        map_cycle(600, &m, &f, 0, NULL);
+        map_cycle(400, &m2, &f2, 0, NULL);
+        REL_CHECK(mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1, "mallopt(M_MMAP_THRESHOLD) failed");
+        map_cycle(600, &m3, &f3, 0, NULL);
+        REL_FIGURES("600B_direct=%llu 400B_direct=%llu 600B_direct_after_128KiB=%llu",
+                    (unsigned long long)m.huge, (unsigned long long)m2.huge,
+                    (unsigned long long)m3.huge);
+        REL_CHECK(m.huge == 1 && f.munmap == 1,
+                  "600 B with mmap_threshold=512: direct %llu, munmap on free %llu (want 1, 1)",
+                  (unsigned long long)m.huge, (unsigned long long)f.munmap);
+        REL_CHECK(m2.huge == 0, "400 B below a 512 B threshold was mapped");
+        REL_CHECK(m3.huge == 0, "600 B was still mapped after the threshold went back to 128 KiB");
     } else if (strcmp(mode, "dynamic") == 0 || strcmp(mode, "fixed") == 0) {
         int fixed = strcmp(mode, "fixed") == 0;
         if (fixed)
