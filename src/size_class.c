@@ -3,20 +3,19 @@
  * blocks are large pages (runs of slices): a freed one goes back to its
  * segment, where a block of any size can reuse its resident memory, whereas a
  * class page of 4-8 such blocks stayed resident with one live block (mstress:
- * peak RSS 32 -> 26 MiB; with the limit at 16 KiB ghostscript's RSS rose 6%). Generated
- * once from the rule in size_class_of(); test_size_classes checks the tables
- * against that rule. */
+ * peak RSS 32 -> 26 MiB; with the limit at 16 KiB ghostscript's RSS rose 6%).
+ * g_class_size was generated once from the rule in size_class_of();
+ * test_size_classes checks that every size gets a block at least that large
+ * and that all of it is usable. */
 #include "internal.h"
 
 /* class of a size up to 1 KiB, indexed by (size + 15) >> 4: malloc's fast
- * path only. An entry is 0 (the class that stays empty, so the slow path
- * decides) where its sizes must not come from a class: above a lowered mmap
- * threshold, or all of them in checked mode (options.c rewrites it). */
-_Atomic uint8_t g_class_of_small[65] = {
-    0,  1,  2,  3,  4,  5,  6,  7,  8,  9,  9,  10, 10, 11, 11, 12, 12, 13, 13, 13, 13, 14,
-    14, 14, 14, 15, 15, 15, 15, 16, 16, 16, 16, 17, 17, 17, 17, 17, 17, 17, 17, 18, 18, 18,
-    18, 18, 18, 18, 18, 19, 19, 19, 19, 19, 19, 19, 19, 20, 20, 20, 20, 20, 20, 20, 20,
-};
+ * path only. Derived from size_class_of() by size_class_table_limit, which
+ * initialisation and every change of the mmap threshold call; until then
+ * every entry is 0, the class that stays empty, so malloc takes the slow
+ * path (which initialises). An entry stays 0 where its sizes must not come
+ * from a class: above a lowered mmap threshold, or all in checked mode. */
+_Atomic uint8_t g_class_of_small[65];
 
 /* block size of each class */
 const uint32_t g_class_size[SMALL_CLASS_COUNT] = {
