@@ -93,6 +93,9 @@ void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
 void *os_map_aligned(size_t size) INTERNAL; /* starts on a segment boundary; NULL on failure */
 void *os_map_segment(void) INTERNAL;        /* SEGMENT_SIZE-aligned, NULL on failure */
 bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
+uint64_t os_thread_run_wait_ns(void) INTERNAL;             /* runnable, not running: 0 if unknown */
+uint64_t os_process_cpu_us(void) INTERNAL;                 /* CPU time of all threads */
+uint64_t os_monotonic_us(void) INTERNAL;
 
 /* ---- size classes ---- */
 extern _Atomic uint8_t g_class_of_small[65] INTERNAL; /* fast path: (size + 15) >> 4 -> class */

@@ -5,8 +5,10 @@
  * thread (purge.c), which has no TLS of its own, can call them too. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -127,4 +129,42 @@ void *os_map_segment(void) {
     atomic_store_explicit(&next_segment_hint, (uintptr_t)aligned - SEGMENT_SIZE,
                           memory_order_relaxed);
     return aligned;
+}
+
+/* Nanoseconds the calling thread has spent runnable but waiting for a CPU
+ * (the second field of /proc/thread-self/schedstat), 0 if it cannot be read.
+ * Raw system calls: free() must not change errno or reach a cancellation
+ * point. */
+uint64_t os_thread_run_wait_ns(void) {
+    static const char path[] = "/proc/thread-self/schedstat";
+    long fd = raw_syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0, 0, 0);
+    if (fd < 0) return 0;
+    char text[96];
+    long got = raw_syscall6(SYS_read, fd, (long)text, sizeof text - 1, 0, 0, 0);
+    raw_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+    if (got <= 0) return 0;
+    text[got] = 0;
+    const char *c = text;
+    while (*c >= '0' && *c <= '9')
+        c++; /* the thread's CPU time */
+    while (*c == ' ')
+        c++;
+    uint64_t wait = 0;
+    while (*c >= '0' && *c <= '9')
+        wait = wait * 10 + (uint64_t)(*c++ - '0');
+    return wait;
+}
+
+/* CPU time of the whole process and the monotonic clock, in microseconds
+ * (0 if unreadable); raw calls, as above. */
+static uint64_t clock_us(clockid_t clock) {
+    struct timespec t;
+    if (raw_syscall6(SYS_clock_gettime, clock, (long)&t, 0, 0, 0, 0) != 0) return 0;
+    return (uint64_t)t.tv_sec * 1000000u + (uint64_t)t.tv_nsec / 1000u;
+}
+uint64_t os_process_cpu_us(void) {
+    return clock_us(CLOCK_PROCESS_CPUTIME_ID);
+}
+uint64_t os_monotonic_us(void) {
+    return clock_us(CLOCK_MONOTONIC);
 }
