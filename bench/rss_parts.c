@@ -2,14 +2,18 @@
  *
  *   RSS_PARTS=1 LD_PRELOAD="build/bench/rss_parts.so build/libtidemalloc.so" PROGRAM...
  *
- * (this library first: it forwards the allocation calls to the next one.)
+ * (this library first: it forwards the allocation calls to the next one;
+ * RSS_PARTS=MS samples every MS milliseconds instead of 20.)
  * Every 20 ms a thread reads /proc/self/status and tidemalloc's segments,
  * found in /proc/self/maps and recognised by their headers, and sorts each
  * resident OS page (mincore) by what holds it: a segment header, a class
  * page, a large page or a free slice. It also sums the resident pages of the
  * live blocks of 64 KiB or more outside segments (direct-mapped blocks,
- * tracked through the calls it forwards). At exit it prints the averages on
- * stderr; "program's own" is anonymous memory that is none of these (stacks,
+ * tracked through the calls it forwards). At exit it prints on stderr the
+ * averages and the sample with the highest RssAnon, with the bytes of the
+ * blocks in class and large pages (a class page counts blocks other threads
+ * freed that its owner has not collected yet as in use). "Program's own" is
+ * anonymous memory that is none of these (stacks,
  * static data, the program's own mappings, cached huge mappings). Headers are
  * read with pread on /proc/self/mem, so a segment unmapped meanwhile reads as
  * an error instead of a crash. A diagnostic, not a benchmark: the sampling
@@ -147,8 +151,14 @@ int posix_memalign(void **out, size_t alignment, size_t size) {
 enum part { HEADER, CLASS_PAGES, LARGE_PAGES, FREE_SLICES, PART_COUNT };
 static const char *const part_names[PART_COUNT] = {"segment headers", "class pages", "large pages",
                                                    "free slices"};
-static double resident_sum[PART_COUNT], in_use_sum[PART_COUNT];
-static double anon_sum, file_sum, direct_sum, samples;
+/* One sample's figures, in bytes; also their sum over the run, and the
+ * sample with the highest RssAnon. */
+struct parts {
+    double resident[PART_COUNT], in_use[PART_COUNT], direct, anon, file;
+};
+static struct parts sum, at_peak;
+static double samples;
+static unsigned interval_ms = 20;
 static uintptr_t segments[MAX_SEGMENTS];
 static int segment_count;
 static int mem_fd = -1;
@@ -207,7 +217,7 @@ static double resident_bytes(uintptr_t from, size_t length) {
 }
 
 static void sample(void) {
-    double resident[PART_COUNT] = {0}, in_use[PART_COUNT] = {0}, direct = 0;
+    struct parts now = {0};
     find_segments();
     for (int k = 0; k < segment_count; k++) {
         uintptr_t base = segments[k];
@@ -224,9 +234,9 @@ static void sample(void) {
                              : (header.free_slices >> i) & 1                 ? FREE_SLICES
                              : header.pages[first].class_index == LARGE_CLASS ? LARGE_PAGES
                                                                               : CLASS_PAGES;
-            resident[part] += bytes;
+            now.resident[part] += bytes;
             if (first == i && page->area_size != 0 && part != FREE_SLICES)
-                in_use[part] += part == LARGE_PAGES ? page->block_size
+                now.in_use[part] += part == LARGE_PAGES ? page->block_size
                                                     : (double)page->used * page->block_size;
         }
     }
@@ -237,7 +247,7 @@ static void sample(void) {
         uintptr_t base = (uintptr_t)p & ~(uintptr_t)SEGMENT_MASK;
         bool in_segment = false;
         for (int k = 0; k < segment_count && !in_segment; k++) in_segment = segments[k] == base;
-        if (!in_segment) direct += resident_bytes((uintptr_t)p, next_usable_size(p));
+        if (!in_segment) now.direct += resident_bytes((uintptr_t)p, next_usable_size(p));
     }
     pthread_mutex_unlock(&track_lock);
     char status[4096];
@@ -245,13 +255,16 @@ static void sample(void) {
     ssize_t got = fd >= 0 ? read(fd, status, sizeof status - 1) : -1;
     if (fd >= 0) close(fd);
     status[got > 0 ? got : 0] = 0;
+    now.anon = status_kib(status, "RssAnon:") * 1024.0;
+    now.file = status_kib(status, "RssFile:") * 1024.0;
     for (int p = 0; p < PART_COUNT; p++) {
-        resident_sum[p] += resident[p];
-        in_use_sum[p] += in_use[p];
+        sum.resident[p] += now.resident[p];
+        sum.in_use[p] += now.in_use[p];
     }
-    direct_sum += direct;
-    anon_sum += status_kib(status, "RssAnon:") * 1024.0;
-    file_sum += status_kib(status, "RssFile:") * 1024.0;
+    sum.direct += now.direct;
+    sum.anon += now.anon;
+    sum.file += now.file;
+    if (now.anon > at_peak.anon) at_peak = now;
     samples++;
 }
 
@@ -259,31 +272,40 @@ static void *sampler(void *arg) {
     (void)arg;
     for (;;) {
         sample();
-        usleep(20000);
+        usleep(interval_ms * 1000);
     }
     return NULL;
 }
 
+static void report_line(const char *name, double average, double peak) {
+    fprintf(stderr, "  %-22s %9.2f %9.2f\n", name, average / samples / 1048576.0,
+            peak / 1048576.0);
+}
+
 __attribute__((destructor)) static void report(void) {
     if (samples == 0) return;
-    const double mib = 1048576.0 * samples;
-    double segments_resident = 0;
-    fprintf(stderr, "rss_parts: averages over %.0f samples, MiB\n", samples);
-    fprintf(stderr, "  %-22s %9s %9s\n", "", "resident", "in use");
+    fprintf(stderr, "rss_parts: %.0f samples %u ms apart, MiB\n", samples, interval_ms);
+    fprintf(stderr, "  %-22s %9s %9s\n", "", "average", "at peak");
+    double segments_sum = 0, segments_peak = 0;
+    char name[64];
     for (int p = 0; p < PART_COUNT; p++) {
-        fprintf(stderr, "  %-22s %9.2f %9.2f\n", part_names[p], resident_sum[p] / mib,
-                in_use_sum[p] / mib);
-        segments_resident += resident_sum[p];
+        report_line(part_names[p], sum.resident[p], at_peak.resident[p]);
+        snprintf(name, sizeof name, "  blocks in %s", part_names[p]);
+        if (p == CLASS_PAGES || p == LARGE_PAGES) report_line(name, sum.in_use[p], at_peak.in_use[p]);
+        segments_sum += sum.resident[p];
+        segments_peak += at_peak.resident[p];
     }
-    fprintf(stderr, "  %-22s %9.2f\n", "direct-mapped blocks", direct_sum / mib);
-    fprintf(stderr, "  %-22s %9.2f\n", "program's own (rest)",
-            (anon_sum - segments_resident - direct_sum) / mib);
-    fprintf(stderr, "  %-22s %9.2f\n  %-22s %9.2f\n", "RssAnon", anon_sum / mib, "RssFile",
-            file_sum / mib);
+    report_line("direct-mapped blocks", sum.direct, at_peak.direct);
+    report_line("program's own (rest)", sum.anon - segments_sum - sum.direct,
+                at_peak.anon - segments_peak - at_peak.direct);
+    report_line("RssAnon", sum.anon, at_peak.anon);
+    report_line("RssFile", sum.file, at_peak.file);
 }
 
 __attribute__((constructor)) static void start(void) {
-    if (getenv("RSS_PARTS") == NULL) return;
+    const char *setting = getenv("RSS_PARTS");
+    if (setting == NULL) return;
+    if (atoi(setting) > 1) interval_ms = (unsigned)atoi(setting); /* RSS_PARTS=MS */
     resolve();
     mem_fd = open("/proc/self/mem", O_RDONLY);
     pthread_t thread;
