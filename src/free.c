@@ -35,20 +35,21 @@ static inline void free_local(struct segment *segment, struct page *page, struct
         heap_page_empty(segment->heap, page);
 }
 
-static NOINLINE void free_remote(struct page *page, struct block *b) {
-    if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
-        fatal_error("free(): double free detected");
-    if (unlikely(g_options.free_slow)) {
-        if (g_options.checked) checked_before_free(page, b);
-        if (OPTION(aggressive_madvise)) aggressive_release_block(page, b);
-        /* relaxed: as in free_inline */
-        struct segment *segment = segment_of(b);
-        if (atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
-            (current_thread_id() | OWNER_CHECKED_BIT)) {
-            free_local(segment, page, b);
-            return;
-        }
-    }
+/* A remote free made the page's list hold every block: the page is free now,
+ * and its owner may not come back for it. Count it with the retained memory
+ * (purge.c), and date it for a purger. Stamping a descriptor that its owner
+ * has set up anew meanwhile only dates a list that is not there. Out of line,
+ * so that the remote free saves no registers. */
+static NOINLINE void remote_page_filled(struct page *page, uintptr_t word, uint64_t page_bytes) {
+    __atomic_store_n(&page->reclaim_seen, word, __ATOMIC_RELAXED);
+    __atomic_store_n(&page->reclaim_seen_ms, clock_ms(), __ATOMIC_RELAXED);
+    remote_freed_page_note(page_bytes, true);
+    purge_after_free();
+}
+
+/* Pushes b on its page's thread_free list. */
+static inline __attribute__((always_inline)) void thread_free_push(struct page *page,
+                                                                   struct block *b) {
     b->free_key = free_key_of(page);
     /* Read before the push: once the block is on the list, the owner may
      * collect it, retire the page and set it up anew. */
@@ -66,16 +67,30 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
         /* release: the owner's acquire exchange must see the link we wrote. */
     } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &old, word,
                                                     memory_order_release, memory_order_relaxed));
-    if (unlikely(word >= full)) {
-        /* every block of the page is free now, and its owner may not come
-         * back for it: count it with the retained memory (purge.c), and
-         * date it for a purger. Stamping a descriptor that its owner has set
-         * up anew meanwhile only dates a list that is not there. */
-        __atomic_store_n(&page->reclaim_seen, word, __ATOMIC_RELAXED);
-        __atomic_store_n(&page->reclaim_seen_ms, clock_ms(), __ATOMIC_RELAXED);
-        remote_freed_page_note(page_bytes, true);
-        purge_after_free();
-    }
+    if (unlikely(word >= full)) remote_page_filled(page, word, page_bytes);
+}
+
+/* Checked or aggressive mode: every free that is not the owner's plain one
+ * comes here (the owner's too, in checked mode). */
+static NOINLINE void free_remote_with_options(struct page *page, struct block *b) {
+    if (g_options.checked) checked_before_free(page, b);
+    if (OPTION(aggressive_madvise)) aggressive_release_block(page, b);
+    /* relaxed: as in free_inline */
+    struct segment *segment = segment_of(b);
+    if (atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
+        (current_thread_id() | OWNER_CHECKED_BIT))
+        free_local(segment, page, b);
+    else
+        thread_free_push(page, b);
+}
+
+static NOINLINE void free_remote(struct page *page, struct block *b) {
+    if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
+        fatal_error("free(): double free detected");
+    if (unlikely(g_options.free_slow))
+        free_remote_with_options(page, b);
+    else
+        thread_free_push(page, b);
 }
 
 /* The block already carries the free key: verify before freeing it. A
