@@ -112,22 +112,19 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
         return NULL;
     }
     size_t usable = block_usable_size(p, "realloc(): invalid pointer");
-    bool in_segment = segment_map_contains((uintptr_t)p);
-    /* A large block gives its spare slices back, a mapped one its spare
-     * pages; other blocks shrink in place unless most of the block would
-     * idle. */
-    if (size <= usable && usable > SMALL_MAX && in_segment && heap_large_shrink(p, size)) return p;
-    if (size <= usable && !in_segment && !g_options.checked) {
-        void *same = huge_realloc(p, size); /* NULL: too small now, moves */
+    /* In place where the block allows: a mapped block grows with mremap or
+     * gives its spare pages back (NULL: too small now), a large block takes
+     * or gives back slices; then any block shrinks in place unless most of
+     * it would idle. Else a copy. */
+    if (!segment_map_contains((uintptr_t)p)) {
+        void *same = huge_realloc(p, size);
         if (same) return same;
-    }
-    if (size <= usable && (size >= usable / 2 || usable <= 64) && !g_options.checked) return p;
-    if (!in_segment) {
-        void *moved = huge_realloc(p, size); /* in place or mremap */
-        if (moved) return moved;
-    } else if (size > usable && heap_large_grow(p, size)) {
+    } else if (size > usable) {
+        if (heap_large_grow(p, size)) return p;
+    } else if (usable > SMALL_MAX && heap_large_shrink(p, size)) {
         return p;
     }
+    if (size <= usable && (size >= usable / 2 || usable <= 64) && !g_options.checked) return p;
     void *fresh = malloc_inline(size);
     if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */
     memcpy(fresh, p, size < usable ? size : usable);
