@@ -178,9 +178,13 @@ static bool over_retain_bound(uint32_t now, uint64_t *target) {
     /* pages: the few a heap caches empty count as in use, a small error */
     uint64_t in_use = atomic_load_explicit(&g_page_slice_bytes, memory_order_relaxed) +
                       atomic_load_explicit(&g_huge_bytes, memory_order_relaxed);
-    /* pages whose every block is free are not in use (they count as retained) */
+    /* Pages whose every block other threads freed are free memory: retained,
+     * not in use. (Only subtracting them from the use left larson's main
+     * thread's 4 MiB, freed by the workers while it waits in pthread_join,
+     * under the bound until the 1 s delay: peak RSS 16.2 -> 13.3 MiB.) */
     uint64_t remote = remote_freed_page_bytes();
     in_use = in_use > remote ? in_use - remote : 0;
+    retained += remote;
     uint64_t basis = in_use;
     /* relaxed: a statistic; a thread starting or ending meanwhile only picks
      * one of the two rules for this pass */

@@ -131,6 +131,7 @@ run remote-freed-idle-owner TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim idle
 run remote-freed-exited-owner TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim exited
 run remote-freed-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim retain
 run remote-freed-trim TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim trim
+run remote-freed-over-bound TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim bound
 
 # f. Tunables.
 run tunables-mallopt-range TIDEMALLOC_UNUSED=1 -- rel_tunables range

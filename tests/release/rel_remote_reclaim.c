@@ -12,6 +12,15 @@
  *   rel_remote_reclaim retain   with TIDEMALLOC_BACKGROUND_PURGE=0: RSS still
  *                               holds most of it after 3 s (the control: the
  *                               release above is the helper's)
+ *   rel_remote_reclaim bound    owner asleep; the main thread waits 150 ms
+ *                               (past the retain bound's age, stretched or
+ *                               not, and well before the 1 s delay), then
+ *                               frees a block of its own whose page empties:
+ *                               that slow path is over the retain bound, which
+ *                               counts the filled pages as retained, so RSS
+ *                               is within 5 MiB of the start right after it
+ *                               (it stayed up until the delay when the bound
+ *                               counted only free slices)
  *   rel_remote_reclaim trim     owner asleep; malloc_trim(0) returns 1 and RSS
  *                               is within 2 MiB of the start (issue 3 check
  *                               c). Then the owner wakes and allocates the
@@ -115,8 +124,9 @@ int main(int argc, char **argv) {
     const char *mode = argc == 2 ? argv[1] : "";
     int idle = strcmp(mode, "idle") == 0, exited = strcmp(mode, "exited") == 0;
     int retain = strcmp(mode, "retain") == 0, trim = strcmp(mode, "trim") == 0;
-    if (!idle && !exited && !retain && !trim) {
-        fprintf(stderr, "usage: rel_remote_reclaim idle|exited|retain|trim\n");
+    int bound = strcmp(mode, "bound") == 0;
+    if (!idle && !exited && !retain && !trim && !bound) {
+        fprintf(stderr, "usage: rel_remote_reclaim idle|exited|retain|trim|bound\n");
         return 2;
     }
     memset(blocks, 0, sizeof blocks); /* resident before the baseline */
@@ -134,7 +144,15 @@ int main(int argc, char **argv) {
     struct tidemalloc_stats s1 = rel_stats();
     size_t rss = rss_freed;
     int ms = 0, fell_at = -1, trimmed = -1;
-    if (trim) {
+    size_t rss_waited = 0;
+    if (bound) {
+        nap_ms(150);
+        rss_waited = rel_rss();
+        void *own = malloc((size_t)100 << 10); /* a large page: freeing it empties it */
+        if (own == NULL) REL_FAIL("malloc(100 KiB) failed");
+        free(own);
+        rss = rel_rss();
+    } else if (trim) {
         trimmed = malloc_trim(0);
         rss = rel_rss();
     } else {
@@ -159,10 +177,11 @@ int main(int argc, char **argv) {
     }
     REL_FIGURES("mode=%s blocks=%zu rss_start=%.2fMiB peak=+%.2fMiB after_free=%+.2fMiB "
                 "after=%+.2fMiB fell_within_5MiB_at_ms=%d trim_returned=%d "
-                "retained_after_free=%.2fMiB madvise_after_free=%llu",
+                "retained_after_free=%.2fMiB madvise_after_free=%llu before_trigger=%+.2fMiB",
                 mode, nblocks, rel_mib(rss0), rel_dmib(rss_peak, rss0), rel_dmib(rss_freed, rss0),
                 rel_dmib(rss, rss0), fell_at, trimmed, rel_mib(s1.bytes_retained),
-                (unsigned long long)(s2.madvise_calls - s1.madvise_calls));
+                (unsigned long long)(s2.madvise_calls - s1.madvise_calls),
+                bound ? rel_dmib(rss_waited, rss0) : 0.0);
     (void)s0;
     REL_CHECK(rss_peak >= rss0 + (size_t)28 * 1024 * 1024,
               "the workload did not become resident (peak +%.2f MiB)", rel_dmib(rss_peak, rss0));
@@ -172,6 +191,13 @@ int main(int argc, char **argv) {
     if (trim) {
         REL_CHECK(trimmed == 1, "malloc_trim(0) returned %d, expected 1", trimmed);
         REL_CHECK(rss <= rss0 + SLACK_TRIM, "RSS after malloc_trim(0) is %+.2f MiB (limit +2 MiB)",
+                  rel_dmib(rss, rss0));
+    } else if (bound) {
+        REL_CHECK(rss_waited >= rss0 + (size_t)24 * 1024 * 1024,
+                  "RSS fell before the trigger (%+.2f MiB): nothing left to test",
+                  rel_dmib(rss_waited, rss0));
+        REL_CHECK(rss <= rss0 + SLACK_IDLE,
+                  "RSS still %+.2f MiB above the start after a slow-path free over the retain bound",
                   rel_dmib(rss, rss0));
     } else if (retain) {
         REL_CHECK(rss >= rss0 + (size_t)24 * 1024 * 1024,
