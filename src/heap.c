@@ -23,7 +23,7 @@ _Atomic uint64_t g_heap_count;
 static pthread_key_t heap_key;
 static _Atomic int heap_key_ready;
 
-#define COLLECT_INTERVAL 256 /* slow-path calls between full collections */
+#define COLLECT_INTERVAL 256 /* fewest slow-path calls between full collections */
 #define QUEUE_SEARCH_MAX 8   /* pages looked at before a fresh page is taken */
 
 static void heap_thread_exit(void *arg);
@@ -173,9 +173,13 @@ static void exit_heap_forget(void) {
 }
 
 /* Frees the pages that are empty once remote frees are collected. */
-static void heap_collect(struct heap *heap, bool exiting) {
+/* Collects what other threads freed where that empties a page (every list
+ * when exiting) and gives empty pages back. Returns the pages it looked at. */
+static uint32_t heap_collect(struct heap *heap, bool exiting) {
+    uint32_t visited = 0;
     for (struct page *page = heap->large_pages, *next; page; page = next) {
         next = page->next;
+        visited++;
         page_collect_if_empties(page);
         if (page->used == 0) {
             large_remove(heap, page);
@@ -185,12 +189,14 @@ static void heap_collect(struct heap *heap, bool exiting) {
     for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
         struct page **head = &heap->pages_direct[cls];
         if (*head == &g_empty_page) continue;
-        struct page *page = *head;
-        unsigned remaining = 1;
-        for (struct page *p = page->next; p != page; p = p->next)
-            remaining++;
-        while (remaining-- > 0) {
+        /* One walk, the head last: removing the pages before it leaves the
+         * walk's end in place. (Counting the queue first doubled the walk, a
+         * cache miss per page: 80% of this function in redis's profile.) */
+        struct page *last = *head;
+        struct page *page = last->next;
+        for (;;) {
             struct page *next = page->next;
+            visited++;
             if (exiting)
                 page_collect_remote(page);
             else
@@ -199,9 +205,11 @@ static void heap_collect(struct heap *heap, bool exiting) {
                 queue_remove(head, page, &g_empty_page);
                 segment_page_free(heap, page);
             }
+            if (page == last) break;
             page = next;
         }
     }
+    return visited;
 }
 
 static void heap_thread_exit(void *arg) {
@@ -530,8 +538,10 @@ void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
         if (heap == NULL) goto out_of_memory;
     }
     if (--heap->collect_countdown == 0) {
-        heap->collect_countdown = COLLECT_INTERVAL;
-        heap_collect(heap, false);
+        /* as many slow paths apart as it looks at pages: a large heap pays
+         * for its walks no more than a small one (redis, 35 MB of values) */
+        uint32_t visited = heap_collect(heap, false);
+        heap->collect_countdown = visited > COLLECT_INTERVAL ? visited : COLLECT_INTERVAL;
         page_cache_flush(heap, false);
     }
     void *p;
