@@ -172,7 +172,6 @@ static void exit_heap_forget(void) {
     exit_heap = NULL;
 }
 
-/* Frees the pages that are empty once remote frees are collected. */
 /* Collects what other threads freed where that empties a page (every list
  * when exiting) and gives empty pages back. Returns the pages it looked at. */
 static uint32_t heap_collect(struct heap *heap, bool exiting) {
