@@ -254,7 +254,19 @@ static void heap_thread_exit(void *arg) {
     errno = saved;
 }
 
-/* Fork child: the other threads are gone; their segments become adoptable. */
+/* Fork child: the other threads are gone, each stopped wherever it was, and
+ * the pages they owned may be torn: a malloc that popped a block but did not
+ * count it, a free that pushed one but did not uncount it, an extension that
+ * counted blocks it had not carved, a page half set up. Only their owner ever
+ * read that state, and adopting it did: `used` against the free list's
+ * length, the block test of a page reset after a reclaim (a soak that forks
+ * every 0.5 s crashed in the child within a minute, in the splice of
+ * page_collect_remote_list or on malloc_usable_size of a live block). Their
+ * segments are frozen instead: no heap owns them or takes pages from them, so
+ * their blocks stay valid and freeing one is a remote free, which the purge
+ * passes turn into released memory once a page's every carved block is back.
+ * Segments abandoned before the fork (consistent: their threads finished)
+ * stay adoptable. The child is single-threaded here, so nothing races. */
 void heap_atfork_child(void) {
     exit_heap_forget();
     struct heap *self = t_heap;
@@ -267,20 +279,21 @@ void heap_atfork_child(void) {
             heap->prev_heap = NULL;
             g_heaps = heap;
         } else {
-            struct segment *lists[2] = {heap->segments_avail, heap->segments_full};
-            for (int l = 0; l < 2; l++) {
-                for (struct segment *s = lists[l], *n; s; s = n) {
-                    n = s->next;
-                    s->next = s->prev = NULL;
-                    segment_abandon(s);
-                }
-            }
+            heap->segments_avail = heap->segments_full = NULL;
             heap->next_heap = heap_free_list;
             heap_free_list = heap;
             if (heap->id != EXIT_HEAP_ID) /* statistic: thread heaps */
                 atomic_fetch_sub_explicit(&g_heap_count, 1, memory_order_relaxed);
         }
         heap = next;
+    }
+    /* By owner, not by heap list: a segment in the middle of changing hands
+     * is on no list yet. */
+    for (struct segment *s = g_registry; s; s = s->all_next) {
+        /* relaxed: single-threaded now */
+        if (s->heap == self || atomic_load_explicit(&s->owner_id, memory_order_relaxed) == 0)
+            continue;
+        segment_orphan(s);
     }
 }
 

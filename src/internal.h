@@ -170,6 +170,7 @@ bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) IN
 void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
 size_t segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;
+void segment_orphan(struct segment *segment) INTERNAL;
 struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
 void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
 size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;

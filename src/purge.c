@@ -181,7 +181,7 @@ static bool over_retain_bound(uint32_t now, uint64_t *target) {
     /* Pages whose every block other threads freed are free memory: retained,
      * not in use. (Only subtracting them from the use left larson's main
      * thread's 4 MiB, freed by the workers while it waits in pthread_join,
-     * under the bound until the 1 s delay: peak RSS 16.2 -> 13.3 MiB.) */
+     * under the bound until the 1 s delay: peak RSS 15.8 -> 13.0 MiB.) */
     uint64_t remote = remote_freed_page_bytes();
     in_use = in_use > remote ? in_use - remote : 0;
     retained += remote;

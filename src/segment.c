@@ -528,6 +528,17 @@ segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms
     return released;
 }
 
+/* Fork child only (heap_atfork_child): a segment of a thread that is gone
+ * belongs to no heap and to no list; its blocks are freed remotely. */
+void segment_orphan(struct segment *segment) {
+    segment->heap = NULL;
+    /* relaxed: single-threaded (fork child) */
+    atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
+    segment->next = segment->prev = NULL;
+    segment->in_full_list = 0;
+    segment->abandoned = 0;
+}
+
 void segment_abandon(struct segment *segment) {
     segment->heap = NULL;
     /* relaxed: see segment_take_ownership; the list lock publishes the rest. */

@@ -5,12 +5,17 @@
 #               with ENOMEM, nothing aborts, memory is usable again once freed
 #   fuzz        libFuzzer harness on the prefixed library, fixed seed and runs
 #   soak        30 s multithreaded stress with a fork, contents checked, RSS plateau
+#   fork-storm  20 s of it with 16 threads, forking every 0.25 s: children
+#               of threads stopped mid-malloc or mid-free check, free and
+#               allocate (a child that adopted such threads' pages crashed
+#               within 1-3 forks)
 #   tsan-*      multithreaded test of the prefixed library under ThreadSanitizer
 #   ubsan-*     the same under UBSan
 # The oom and soak programs run with $TIDEMALLOC_LIB in LD_PRELOAD; the others
 # link the library's objects. Longer runs: make fuzz, make soak, make sanitize.
 #   HARDENING_FUZZ_RUNS  libFuzzer -runs (default 15000)
 #   HARDENING_SOAK_TIME  soak seconds (default 30)
+#   HARDENING_STORM_TIME fork-storm seconds (default 20)
 #   HARDENING_SAN_OPS    operations per thread in tsan/ubsan tests (default 20000)
 # Prints PASS/FAIL/SKIP lines; always exits 0.
 set -u
@@ -21,6 +26,7 @@ bdir=$root/build/hardening
 . "$root/tests/report.sh"
 fuzz_runs=${HARDENING_FUZZ_RUNS:-15000}
 soak_time=${HARDENING_SOAK_TIME:-30}
+storm_time=${HARDENING_STORM_TIME:-20}
 san_ops=${HARDENING_SAN_OPS:-20000}
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
@@ -41,12 +47,13 @@ run() {
 if ! out=$(make -s hardening-native 2>&1); then
   echo "FAIL hardening-build make hardening-native: $(echo "$out" | grep -m1 -E 'error|Error' || echo "$out" | tail -1)"
 elif [ ! -e "$lib" ]; then
-  for t in oom-st oom-mt oom-huge-table soak; do echo "SKIP $t library $lib not built"; done
+  for t in oom-st oom-mt oom-huge-table soak fork-storm; do echo "SKIP $t library $lib not built"; done
 else
   run oom-st 240 env LD_PRELOAD="$lib" "$bdir/oom" st
   run oom-mt 240 env LD_PRELOAD="$lib" "$bdir/oom" mt
   run oom-huge-table 120 env LD_PRELOAD="$lib" "$bdir/oom" table
   run soak $((soak_time + 120)) env LD_PRELOAD="$lib" "$bdir/soak" "$soak_time" 4
+  run fork-storm $((storm_time + 120)) env LD_PRELOAD="$lib" "$bdir/soak" "$storm_time" 16 0.25
 fi
 
 # ---- programs linking the prefixed library (clang) ----

@@ -1,5 +1,5 @@
 /* Soak test (issue 6 item 5), run with the allocator in LD_PRELOAD:
- *   soak SECONDS [THREADS]
+ *   soak SECONDS [THREADS] [FORK_EVERY]
  * THREADS workers (default 4) take blocks from shared slots (so most frees
  * are cross-thread), check them, free, realloc or put them back, and fill
  * empty slots with new blocks of random sizes across every class (16 B to
@@ -7,7 +7,11 @@
  * after a while and new ones start (their heaps are abandoned and adopted).
  * Halfway through (and every 60 s on long runs) the process forks while the
  * workers run; the child checks the inherited blocks, frees some, allocates
- * from several threads, checks, and exits 0.
+ * from several threads, checks, and exits 0. With FORK_EVERY (seconds), it
+ * forks from the first second on, every FORK_EVERY: each fork stops the
+ * workers wherever they are, and the child must cope with the pages they
+ * left half-updated (`make test` runs it so, as fork-storm); RSS is then
+ * reported but not judged.
  * Each block holds its size and a pattern derived from its address and size,
  * checked in full whenever a block is taken. RSS is printed every second;
  * at the end the RSS must have plateaued: the median RSS of the last third
@@ -270,9 +274,10 @@ static void fork_check(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) DIE("usage: soak SECONDS [THREADS]");
+    if (argc < 2) DIE("usage: soak SECONDS [THREADS] [FORK_EVERY]");
     double seconds = atof(argv[1]);
     int threads = argc > 2 ? atoi(argv[2]) : 4;
+    double fork_every = argc > 3 ? atof(argv[3]) : 0;
     if (seconds < 3 || threads < 1 || threads > MAX_THREADS) DIE("bad arguments");
     setvbuf(stdout, NULL, _IOLBF, 0);
     typedef void (*stats_fn)(struct tidemalloc_stats *);
@@ -283,7 +288,8 @@ int main(int argc, char **argv) {
     enum { MAX_SAMPLES = 100000 };
     static double samples[MAX_SAMPLES];
     int count = 0;
-    double start = now_s(), next_sample = start + 1, next_fork = start + seconds / 2;
+    double start = now_s(), next_sample = start + 1;
+    double next_fork = start + (fork_every > 0 ? 1 : seconds / 2);
     unsigned spawned = 0, forks = 0;
     for (int i = 0; i < threads; i++, spawned++) worker_start(&workers[i]);
     for (;;) {
@@ -299,7 +305,9 @@ int main(int argc, char **argv) {
         if (t >= next_fork) {
             fork_check();
             forks++;
-            next_fork = seconds >= 120 ? next_fork + 60 : start + seconds * 10;
+            next_fork = fork_every > 0   ? now_s() + fork_every
+                        : seconds >= 120 ? next_fork + 60
+                                         : start + seconds * 10;
         }
         if (t >= next_sample) {
             double rss = rss_mib();
@@ -337,10 +345,12 @@ int main(int argc, char **argv) {
     printf("RSS: median first third %.1f MiB, last third %.1f MiB (limit %.1f MiB); max %.1f and %.1f MiB (limit %.1f MiB); %u threads started, %u forks, %zu blocks left\n",
            first_median, last_median, first_median * 1.25 + 16, first, last, first * 2 + 16,
            spawned, forks, left);
-    if (last_median > first_median * 1.25 + 16)
+    /* A fork storm's 20 s swing too much for a plateau: the soak checks it. */
+    if (fork_every == 0 && last_median > first_median * 1.25 + 16)
         DIE("RSS did not plateau: median %.1f MiB at the end vs %.1f MiB early", last_median,
             first_median);
-    if (last > first * 2 + 16) DIE("RSS ran away: %.1f MiB at the end vs %.1f MiB early", last, first);
+    if (fork_every == 0 && last > first * 2 + 16)
+        DIE("RSS ran away: %.1f MiB at the end vs %.1f MiB early", last, first);
     if (stats) {
         struct tidemalloc_stats st;
         stats(&st);
