@@ -235,7 +235,6 @@ static void heap_thread_exit(void *arg) {
     for (int l = 0; l < 2; l++) {
         for (struct segment *s = *lists[l], *next; s; s = next) {
             next = s->next;
-            s->next = s->prev = NULL;
             segment_abandon(s);
         }
         *lists[l] = NULL;
@@ -279,8 +278,7 @@ void heap_atfork_child(void) {
             heap->prev_heap = NULL;
             g_heaps = heap;
         } else {
-            heap->segments_avail = heap->segments_full = NULL;
-            heap->next_heap = heap_free_list;
+            heap->next_heap = heap_free_list; /* heap_create clears the rest */
             heap_free_list = heap;
             if (heap->id != EXIT_HEAP_ID) /* statistic: thread heaps */
                 atomic_fetch_sub_explicit(&g_heap_count, 1, memory_order_relaxed);

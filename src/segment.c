@@ -528,11 +528,13 @@ segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms
     return released;
 }
 
-/* Fork child only (heap_atfork_child): a segment of a thread that is gone
- * belongs to no heap and to no list; its blocks are freed remotely. */
+/* The segment belongs to no heap and is on no list: its blocks are freed
+ * remotely. A fork child leaves its vanished threads' segments so
+ * (heap_atfork_child); segment_abandon then puts one up for adoption. */
 void segment_orphan(struct segment *segment) {
     segment->heap = NULL;
-    /* relaxed: single-threaded (fork child) */
+    /* relaxed: see segment_take_ownership; in a fork child nothing races, and
+     * for an abandoned segment the list lock publishes the rest. */
     atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
     segment->next = segment->prev = NULL;
     segment->in_full_list = 0;
@@ -540,12 +542,9 @@ void segment_orphan(struct segment *segment) {
 }
 
 void segment_abandon(struct segment *segment) {
-    segment->heap = NULL;
-    /* relaxed: see segment_take_ownership; the list lock publishes the rest. */
-    atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
+    segment_orphan(segment);
     spin_lock(&g_abandoned_lock);
     segment->abandoned = 1;
-    segment->prev = NULL;
     struct segment *head = __atomic_load_n(&abandoned_list, __ATOMIC_RELAXED);
     segment->next = head;
     if (head) head->prev = segment;
