@@ -87,7 +87,7 @@ static NOINLINE void free_remote_with_options(struct page *page, struct block *b
 static NOINLINE void free_remote(struct page *page, struct block *b) {
     if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
         fatal_error("free(): double free detected");
-    if (unlikely(g_options.free_slow))
+    if (unlikely(OPTION(free_slow)))
         free_remote_with_options(page, b);
     else
         thread_free_push(page, b);

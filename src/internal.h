@@ -45,7 +45,7 @@ struct options {
     int check_action;        /* MALLOC_CHECK_ value; 3 turns on secure mode */
     bool secure;             /* canaries, free fill checked on reuse, guard pages */
     bool checked;            /* secure or perturb at startup: all calls take check.c's paths */
-    bool free_slow;          /* checked, or aggressive at startup: every free takes the slow path */
+    bool free_slow;          /* checked, or aggressive: every free takes the slow path */
 };
 extern struct options g_options INTERNAL;
 /* Tunables that mallopt and the dynamic threshold change while other threads
@@ -171,6 +171,7 @@ void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) 
 size_t segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;
 void segment_orphan(struct segment *segment) INTERNAL;
+void segments_mark_slow_frees(bool slow) INTERNAL; /* sets or clears OWNER_CHECKED_BIT */
 struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
 void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
 size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;

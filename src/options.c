@@ -37,6 +37,15 @@ struct options g_options = {
 extern _Atomic size_t g_small_limit INTERNAL;
 static struct spin_lock options_lock = SPIN_LOCK_INIT;
 
+/* Every free takes the slow path in checked mode and while aggressive mode is
+ * on (its per-block release lives there); segments already owned learn it
+ * through their owner ids, which the owners' fast path compares. */
+static void free_slow_update(void) {
+    bool slow = g_options.checked || OPTION(aggressive_madvise);
+    OPTION_SET(free_slow, slow);
+    segments_mark_slow_frees(slow);
+}
+
 static void small_limit_update(void) {
     size_t limit = g_options.checked ? 0 /* every malloc takes the checked slow path */
                    : OPTION(mmap_max) == 0 || OPTION(mmap_threshold) > SMALL_MAX ? SMALL_MAX
@@ -95,6 +104,7 @@ static int set_option(int param, long value) {
     case M_AGGRESSIVE_MADVISE:
         if (value != 0 && value != 1) return 0;
         OPTION_SET(aggressive_madvise, value == 1);
+        free_slow_update();
         return 1;
     case M_PURGE_DELAY_MS:
         if (value < 0 || value > 3600000) return 0;
@@ -233,6 +243,6 @@ void options_init_from_environment(void) {
     /* Checked mode is chosen once, before any segment has an owner. */
     g_options.secure = g_options.secure || OPTION(check_action) == 3;
     g_options.checked = g_options.secure || OPTION(perturb) != 0;
-    g_options.free_slow = g_options.checked || OPTION(aggressive_madvise);
+    free_slow_update();
     small_limit_update();
 }

@@ -134,10 +134,31 @@ static void segment_take_ownership(struct heap *heap, struct segment *segment) {
     segment->heap = heap;
     /* relaxed: other threads only compare it with their own id; a stale value
      * sends them down the remote-free path, which is always correct. */
-    uint64_t owner = heap->id | (g_options.free_slow ? OWNER_CHECKED_BIT : 0);
+    uint64_t owner = heap->id | (OPTION(free_slow) ? OWNER_CHECKED_BIT : 0);
     atomic_store_explicit(&segment->owner_id, owner, memory_order_relaxed);
     segment->in_full_list = 0;
     list_push(&heap->segments_avail, segment);
+}
+
+/* mallopt turned aggressive mode on or off: the owners' frees of segments
+ * already owned take the slow path, or the fast one again. A CAS, so that an
+ * owner id cleared or set meanwhile (abandonment, adoption) is never marked
+ * by mistake; an adoption that read free_slow before it changed may leave
+ * one segment unmarked, which only skips the per-block release there. */
+void segments_mark_slow_frees(bool slow) {
+    spin_lock(&g_registry_lock);
+    for (struct segment *s = g_registry; s; s = s->all_next) {
+        /* relaxed: as in segment_take_ownership, any value routes frees correctly */
+        uint64_t owner = atomic_load_explicit(&s->owner_id, memory_order_relaxed);
+        uint64_t marked;
+        do {
+            if (owner == 0) break; /* abandoned: its next owner reads free_slow */
+            marked = slow ? owner | OWNER_CHECKED_BIT : owner & ~OWNER_CHECKED_BIT;
+        } while (marked != owner &&
+                 !atomic_compare_exchange_weak_explicit(
+                     &s->owner_id, &owner, marked, memory_order_relaxed, memory_order_relaxed));
+    }
+    spin_unlock(&g_registry_lock);
 }
 
 /* A heap needs room: adopt an abandoned segment, reuse a cached one, or map. */

@@ -118,6 +118,10 @@ run aggressive-mallopt-segments TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive 
 # the control keeps the 1 s delay alone: with the retain bound, freeing the
 # whole working set gives it back in the default mode too
 run aggressive-off-control-segments TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 -- rel_aggressive off segments
+# the whole OS pages inside freed blocks of pages still in use
+run aggressive-inside-env MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive_inside env
+run aggressive-inside-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive_inside mallopt
+run aggressive-inside-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive_inside off
 
 # The bound on retained memory (M_RETAIN_PERCENT), and its control.
 run retain-bound TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound default

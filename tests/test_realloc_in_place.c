@@ -60,14 +60,9 @@ static void expect_interior_free_aborts(char *block, size_t offset) {
     CHECKF(strstr(msg, "free(): invalid pointer") != NULL, "message was: %s", msg);
 }
 
-int main(void) {
-    int tidemalloc = tm_expected();
-    /* Blocks from 128 KiB up would be mapped on their own (glibc's default
-     * threshold, until a mapped block is freed): keep them in the heap. */
-    CHECK(mallopt(M_MMAP_THRESHOLD, 16 * MB) == 1);
-
-    /* Nothing freed yet: a large block takes the lowest free slices, and
-     * those after it are free, so it grows where it is, twice. */
+/* Nothing freed yet: a large block takes the lowest free slices, and those
+ * after it are free, so it grows where it is, twice. */
+static char *grow_twice_in_place(int tidemalloc) {
     char *p = malloc(200 * KB);
     CHECK(p != NULL);
     pat_fill_k(p, 200 * KB, 1);
@@ -75,6 +70,28 @@ int main(void) {
     if (tidemalloc) CHECKF(q == p, "200 KiB -> 600 KiB moved (%p -> %p) with free slices after it", p, q);
     char *r = grow(q, 600 * KB, 1500 * KB, 1);
     if (tidemalloc) CHECKF(r == q, "600 KiB -> 1.5 MiB moved (%p -> %p)", q, r);
+    return r;
+}
+
+/* The same in aggressive mode, whose frees all take the slow path: growth in
+ * place must not take that route's owner mark for another thread's. */
+static void grow_in_place_aggressive(void *unused) {
+    (void)unused;
+    CHECK(mallopt(M_AGGRESSIVE_MADVISE, 1) == 1);
+    free(grow_twice_in_place(1));
+}
+
+int main(void) {
+    int tidemalloc = tm_expected();
+    /* Blocks from 128 KiB up would be mapped on their own (glibc's default
+     * threshold, until a mapped block is freed): keep them in the heap. */
+    CHECK(mallopt(M_MMAP_THRESHOLD, 16 * MB) == 1);
+    if (tidemalloc) {
+        char msg[256];
+        int status = run_in_child(grow_in_place_aggressive, NULL, msg, sizeof msg);
+        CHECKF(status == 0, "in aggressive mode: %s (status %#x)", msg, status);
+    }
+    char *r = grow_twice_in_place(tidemalloc);
     if (tidemalloc) expect_interior_free_aborts(r, 1024 * KB);
 
     /* A neighbour right after the block: growing must move it and leave the
