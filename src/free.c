@@ -29,9 +29,9 @@ static inline void free_local(struct segment *segment, struct page *page, struct
     b->free_key = free_key_of(page);
     page->free = b;
     page->is_zero = 0; /* a block with user data is on the list now (calloc) */
-    /* the only page of its class stays: a malloc/free loop must not thrash */
-    if (unlikely(--page->used == 0) &&
-        (page->next != page || page->slice_count > 1 || OPTION(aggressive_madvise)))
+    /* the only page of its class stays, in aggressive mode too: a malloc/free
+     * loop must not thrash */
+    if (unlikely(--page->used == 0) && (page->next != page || page->slice_count > 1))
         heap_page_empty(segment->heap, page);
 }
 
@@ -71,26 +71,37 @@ static inline __attribute__((always_inline)) void thread_free_push(struct page *
 }
 
 /* Checked or aggressive mode: every free that is not the owner's plain one
- * comes here (the owner's too, in checked mode). */
+ * comes here (the owner's too, since the owner id carries OWNER_CHECKED_BIT).
+ * The owner verifies a key match as free_inline does: a live block holding a
+ * copy of a freed one's words is no double free (glibc's tst-tcfree3, which
+ * aborted in aggressive mode). */
 static NOINLINE void free_remote_with_options(struct page *page, struct block *b) {
+    struct segment *segment = segment_of(b);
+    /* relaxed: as in free_inline */
+    bool owner = atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
+                 (current_thread_id() | OWNER_CHECKED_BIT);
+    if (CHECKS_ON && unlikely(b->free_key == free_key_of(page))) {
+        if (!owner) fatal_error("free(): double free detected");
+        heap_double_free_check(segment->heap, page, b);
+    }
     if (g_options.checked) checked_before_free(page, b);
     if (OPTION(aggressive_madvise)) aggressive_release_block(page, b);
-    /* relaxed: as in free_inline */
-    struct segment *segment = segment_of(b);
-    if (atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
-        (current_thread_id() | OWNER_CHECKED_BIT))
+    if (owner)
         free_local(segment, page, b);
     else
         thread_free_push(page, b);
 }
 
+/* Another thread's block (an owner walks its own lists on a key match; this
+ * thread cannot walk another's). */
 static NOINLINE void free_remote(struct page *page, struct block *b) {
+    if (unlikely(OPTION(free_slow))) {
+        free_remote_with_options(page, b);
+        return;
+    }
     if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
         fatal_error("free(): double free detected");
-    if (unlikely(OPTION(free_slow)))
-        free_remote_with_options(page, b);
-    else
-        thread_free_push(page, b);
+    thread_free_push(page, b);
 }
 
 /* The block already carries the free key: verify before freeing it. A

@@ -11,4 +11,9 @@ if ! out=$(make -s glibc-tests 2>&1); then
   exit 0
 fi
 bash tests/glibc/run.sh --lib "$lib" --label tidemalloc
+# The same tests in the modes whose frees all take the slow path: aggressive
+# mode once made tst-tcfree3 abort and tst-malloc-too-large crawl (41 s).
+MALLOC_AGGRESSIVE_MADVISE_=1 bash tests/glibc/run.sh --lib "$lib" --label tidemalloc-aggressive \
+  --suffix @aggressive
+MALLOC_CHECK_=3 bash tests/glibc/run.sh --lib "$lib" --label tidemalloc-secure --suffix @secure
 exit 0

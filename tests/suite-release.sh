@@ -122,6 +122,8 @@ run aggressive-off-control-segments TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RET
 run aggressive-inside-env MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive_inside env
 run aggressive-inside-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive_inside mallopt
 run aggressive-inside-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive_inside off
+# no syscall per free in a malloc/free loop of small blocks
+run aggressive-small-loop MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive_loop
 
 # The bound on retained memory (M_RETAIN_PERCENT), and its control.
 run retain-bound TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound default

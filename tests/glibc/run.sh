@@ -3,11 +3,13 @@
 # under one allocator and print one line per test:
 #   PASS glibc/NAME | FAIL glibc/NAME why | SKIP glibc/NAME why
 #
-# usage: run.sh [--lib PATH] [--label NAME] [--jobs N] [TEST...]
+# usage: run.sh [--lib PATH] [--label NAME] [--suffix S] [--jobs N] [TEST...]
 #   --lib PATH   LD_PRELOAD this allocator into every test (default: none,
 #                i.e. glibc's own malloc)
 #   --label NAME names the log directory build/glibc/logs/NAME/ (default:
 #                the library's file name, or "glibc")
+#   --suffix S   appended to every name (glibc/NAME@aggressive: the same
+#                tests again in another mode, set in the environment)
 #   --jobs N     tests run N at a time (default: number of CPUs)
 #   TEST...      a subset of tests.txt (default: all of it)
 # Environment: GLIBC_TIMEOUTFACTOR (default 2) scales the glibc test
@@ -18,11 +20,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 bindir=${GLIBC_TEST_BINDIR:-$root/build/glibc}
 
-lib="" label="" jobs=$(nproc 2>/dev/null || echo 2)
+lib="" label="" suffix="" jobs=$(nproc 2>/dev/null || echo 2)
 while [ $# -gt 0 ]; do
   case "$1" in
     --lib) lib=$2; shift 2 ;;
     --label) label=$2; shift 2 ;;
+    --suffix) suffix=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --) shift; break ;;
     -*) echo "run.sh: unknown option $1" >&2; exit 2 ;;
@@ -47,7 +50,7 @@ test_env() {
 
 if [ -n "$lib" ]; then
   if [ ! -f "$lib" ]; then
-    for t in "${tests[@]}"; do echo "SKIP glibc/$t allocator not built: $lib"; done
+    for t in "${tests[@]}"; do echo "SKIP glibc/$t$suffix allocator not built: $lib"; done
     exit 0
   fi
   lib=$(cd "$(dirname "$lib")" && pwd)/$(basename "$lib")
@@ -55,10 +58,10 @@ if [ -n "$lib" ]; then
   # test would silently run on glibc's malloc: check that it is loaded.
   probe=$bindir/mallocbug
   if [ -x "$probe" ] && LD_TRACE_LOADED_OBJECTS=1 LD_PRELOAD=$lib "$probe" 2>&1 | grep -qF "$lib"; then
-    echo "PASS glibc/preload-applies"
+    echo "PASS glibc/preload-applies$suffix"
   else
-    echo "FAIL glibc/preload-applies $lib is not loaded by LD_PRELOAD into $probe"
-    for t in "${tests[@]}"; do echo "SKIP glibc/$t preload does not apply"; done
+    echo "FAIL glibc/preload-applies$suffix $lib is not loaded by LD_PRELOAD into $probe"
+    for t in "${tests[@]}"; do echo "SKIP glibc/$t$suffix preload does not apply"; done
     exit 0
   fi
 fi
@@ -106,16 +109,16 @@ for t in "${tests[@]}"; do
   rc=$(cat "$logdir/$t.rc" 2>/dev/null || echo 255)
   why=$(reason "$logdir/$t.log")
   case "$rc" in
-    0) echo "PASS glibc/$t" ;;
-    77) echo "SKIP glibc/$t unsupported: ${why:-exit 77}" ;;
-    124|137) echo "FAIL glibc/$t hung: killed by the outer timeout; log build/glibc/logs/$label/$t.log" ;;
+    0) echo "PASS glibc/$t$suffix" ;;
+    77) echo "SKIP glibc/$t$suffix unsupported: ${why:-exit 77}" ;;
+    124|137) echo "FAIL glibc/$t$suffix hung: killed by the outer timeout; log build/glibc/logs/$label/$t.log" ;;
     *)
       if [ "$rc" -gt 128 ] 2>/dev/null; then
         how="killed by signal $((rc - 128))"
       else
         how="exit $rc"
       fi
-      echo "FAIL glibc/$t $how: ${why:-no output}; log build/glibc/logs/$label/$t.log" ;;
+      echo "FAIL glibc/$t$suffix $how: ${why:-no output}; log build/glibc/logs/$label/$t.log" ;;
   esac
 done
 exit 0
