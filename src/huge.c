@@ -322,7 +322,9 @@ void *huge_cache_take_segment(void) {
 void *huge_alloc_guarded(size_t size, size_t alignment) {
     if (alignment < ALIGNMENT) alignment = ALIGNMENT;
     if (size > PTRDIFF_MAX - alignment - 2 * OS_PAGE_SIZE) return NULL;
-    size_t body = (size + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
+    /* A block of 0 bytes still gets 16: else an aligned start could land on
+     * the guard page itself, which malloc_usable_size took for no block. */
+    size_t body = size == 0 ? ALIGNMENT : (size + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
     size_t map_size =
         ((body + alignment + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1)) + OS_PAGE_SIZE;
     uintptr_t base = (uintptr_t)os_map(map_size);

@@ -33,6 +33,8 @@ expect_signal secure-overflow 6 "free(): heap overflow detected" MALLOC_CHECK_=3
 expect_signal secure-write-after-free 6 "malloc(): write after free detected" MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" write-after-free
 expect_signal secure-guard-page 11 "" TIDEMALLOC_SECURE=1 LD_PRELOAD="$lib" "$bin/secure" guard
 expect_ok secure-clean-program MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" clean
+# aggressive mode and malloc_trim give back no page inside a free block there
+expect_ok secure-no-release-inside-free-blocks MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" released
 expect_ok perturb MALLOC_PERTURB_=165 LD_PRELOAD="$lib" "$bin/secure" perturb
 # Without secure mode the same overflow goes unnoticed (the check is the mode's).
 expect_ok default-mode-no-canary LD_PRELOAD="$lib" "$bin/secure" overflow

@@ -4,6 +4,7 @@
 #   oom-*       RLIMIT_AS of 200 MiB: every allocation function returns NULL
 #               with ENOMEM, nothing aborts, memory is usable again once freed
 #   fuzz        libFuzzer harness on the prefixed library, fixed seed and runs
+#   fuzz-secure, fuzz-aggressive  shorter runs of it in those modes
 #   soak        30 s multithreaded stress with a fork, contents checked, RSS plateau
 #   fork-storm  20 s of it with 16 threads, forking every 0.25 s: children
 #               of threads stopped mid-malloc or mid-free check, free and
@@ -25,6 +26,7 @@ lib=${TIDEMALLOC_LIB:-$root/build/libtidemalloc.so}
 bdir=$root/build/hardening
 . "$root/tests/report.sh"
 fuzz_runs=${HARDENING_FUZZ_RUNS:-15000}
+fuzz_mode_runs=${HARDENING_FUZZ_MODE_RUNS:-5000} # each of secure and aggressive mode
 soak_time=${HARDENING_SOAK_TIME:-30}
 storm_time=${HARDENING_STORM_TIME:-20}
 san_ops=${HARDENING_SAN_OPS:-20000}
@@ -59,7 +61,9 @@ fi
 # ---- programs linking the prefixed library (clang) ----
 clang_bin=${HARD_CLANG:-clang}
 if ! command -v "$clang_bin" >/dev/null 2>&1; then
-  for t in fuzz tsan-core tsan-stats ubsan-core ubsan-stats; do echo "SKIP $t clang not installed"; done
+  for t in fuzz fuzz-secure fuzz-aggressive tsan-core tsan-stats ubsan-core ubsan-stats; do
+    echo "SKIP $t clang not installed"
+  done
   exit 0
 fi
 if ! out=$(make -s hardening-clang 2>&1); then
@@ -79,6 +83,20 @@ run fuzz 300 env ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 "$bdir/
   -seed=1 -runs="$fuzz_runs" -max_len=4096 -rss_limit_mb=3072 -timeout=60 \
   -artifact_prefix="$fuzz_dir/" "$fuzz_dir"
 rm -rf "$fuzz_dir"
+# Shorter runs in the modes whose frees take the slow path (a secure-mode
+# run found malloc_trim's release inside free blocks read as a write after
+# free, 2026-11-30).
+for mode in secure aggressive; do
+  case $mode in
+    secure) mode_env=(MALLOC_CHECK_=3) ;;
+    aggressive) mode_env=(MALLOC_AGGRESSIVE_MADVISE_=1) ;;
+  esac
+  fuzz_dir=$(mktemp -d)
+  run "fuzz-$mode" 300 env "${mode_env[@]}" ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 \
+    "$bdir/fuzz_alloc" -seed=2 -runs="$fuzz_mode_runs" -max_len=4096 -rss_limit_mb=3072 \
+    -timeout=60 -artifact_prefix="$fuzz_dir/" "$fuzz_dir"
+  rm -rf "$fuzz_dir"
+done
 
 for mode in core stats; do
   run "tsan-$mode" 300 env TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 \

@@ -132,10 +132,15 @@ run retain-bound-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound o
 # e. An idle process gets its memory back; the switch turns that off.
 run idle-release TIDEMALLOC_UNUSED=1 -- rel_idle release
 run idle-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_idle retain
-# Blocks other threads freed into a sleeping (or exited) thread's pages.
-run remote-freed-idle-owner TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim idle
-run remote-freed-exited-owner TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim exited
-run remote-freed-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim retain
+# Blocks other threads freed into a sleeping (or exited) thread's pages. The
+# retain bound is off where the idle path is tested: on a loaded machine the
+# frees took over its 5 ms age and it released the pages during them (seen
+# once in make test: "RSS fell during the frees already"); the bound has its
+# own test below.
+run remote-freed-idle-owner TIDEMALLOC_RETAIN_PERCENT=0 -- rel_remote_reclaim idle
+run remote-freed-exited-owner TIDEMALLOC_RETAIN_PERCENT=0 -- rel_remote_reclaim exited
+run remote-freed-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 \
+  -- rel_remote_reclaim retain
 run remote-freed-trim TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim trim
 run remote-freed-over-bound TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim bound
 

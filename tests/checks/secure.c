@@ -3,13 +3,30 @@
  * named by argv[1] either must abort (the suite checks the signal and the
  * message) or must exit 0. */
 #include <malloc.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "tidemalloc.h"
+
 static int fail(const char *what) {
     fprintf(stderr, "secure: %s\n", what);
     return 1;
+}
+
+/* The owner of the blocks another thread frees before malloc_trim; it
+ * allocates them again afterwards, which checks their free fill. */
+static void *remote[64];
+static pthread_barrier_t barrier;
+static void *released_owner(void *arg) {
+    (void)arg;
+    for (int i = 0; i < 64; i++) memset(remote[i] = malloc(16000), 7, 16000);
+    pthread_barrier_wait(&barrier); /* the main thread frees half and trims */
+    pthread_barrier_wait(&barrier);
+    for (int i = 1; i < 64; i += 2) memset(remote[i] = malloc(16000), 1, 16000);
+    for (int i = 0; i < 64; i++) free(remote[i]);
+    return NULL;
 }
 
 int main(int argc, char **argv) {
@@ -55,6 +72,35 @@ int main(int argc, char **argv) {
         void *a = memalign(256, 1000);
         if (((unsigned long)a & 255) != 0) return fail("memalign");
         free(a);
+        /* guarded mappings of 0 bytes: the block never starts on the guard
+         * page (one in 16 did, and malloc_usable_size aborted) */
+        void *zero[64];
+        for (int i = 0; i < 64; i++) {
+            zero[i] = memalign((size_t)1 << (16 + i % 4), 0);
+            if (zero[i] == NULL || malloc_usable_size(zero[i]) == 0) return fail("memalign(, 0)");
+        }
+        for (int i = 0; i < 64; i++) free(zero[i]);
+        return 0;
+    }
+    if (strcmp(c, "released") == 0) { /* no page inside a free block is given back */
+        /* aggressive mode: its per-block release would zero the free fill */
+        if (mallopt(M_AGGRESSIVE_MADVISE, 1) != 1) return fail("mallopt(M_AGGRESSIVE_MADVISE)");
+        char *b[16];
+        for (int i = 0; i < 16; i++) memset(b[i] = malloc(16000), 7, 16000);
+        for (int i = 1; i < 16; i += 2) free(b[i]);
+        for (int i = 1; i < 16; i += 2) memset(b[i] = malloc(16000), 1, 16000);
+        mallopt(M_AGGRESSIVE_MADVISE, 0);
+        /* malloc_trim: pages inside blocks another thread freed, still on a
+         * live owner's lists */
+        if (pthread_barrier_init(&barrier, NULL, 2) != 0) return fail("barrier");
+        pthread_t t;
+        if (pthread_create(&t, NULL, released_owner, NULL) != 0) return fail("pthread_create");
+        pthread_barrier_wait(&barrier);
+        for (int i = 1; i < 64; i += 2) free(remote[i]);
+        malloc_trim(0);
+        pthread_barrier_wait(&barrier);
+        pthread_join(t, NULL);
+        for (int i = 0; i < 16; i++) free(b[i]);
         return 0;
     }
     if (strcmp(c, "perturb") == 0) { /* MALLOC_PERTURB_=165: ~165 = 0x5a on malloc */
