@@ -505,11 +505,7 @@ bool heap_large_grow(void *p, size_t size) {
     struct segment *segment = segment_of(p);
     struct page *page = page_of(segment, p);
     if (page->class_index != LARGE_CLASS || size > LARGE_MAX || g_options.checked) return false;
-    /* relaxed: as in free_inline, equal only if this thread owns it (the bit
-     * that sends aggressive mode's frees down the slow path aside) */
-    if ((atomic_load_explicit(&segment->owner_id, memory_order_relaxed) & ~OWNER_CHECKED_BIT) !=
-        current_thread_id())
-        return false;
+    if (segment_owner_thread(segment) != current_thread_id()) return false;
     unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
     if (!segment_page_grow(segment->heap, page, slices)) return false;
     page->block_size = (uint32_t)slices << SLICE_SHIFT;
@@ -523,11 +519,7 @@ bool heap_large_shrink(void *p, size_t size) {
     struct segment *segment = segment_of(p);
     struct page *page = page_of(segment, p);
     if (page->class_index != LARGE_CLASS || size <= SMALL_MAX || g_options.checked) return false;
-    /* relaxed: as in free_inline, equal only if this thread owns it (the bit
-     * that sends aggressive mode's frees down the slow path aside) */
-    if ((atomic_load_explicit(&segment->owner_id, memory_order_relaxed) & ~OWNER_CHECKED_BIT) !=
-        current_thread_id())
-        return false;
+    if (segment_owner_thread(segment) != current_thread_id()) return false;
     unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
     if (slices >= page->slice_count) return slices == page->slice_count;
     page->block_size = (uint32_t)slices << SLICE_SHIFT;

@@ -297,6 +297,15 @@ static inline bool is_current_thread_id(uint64_t id) {
     return equal;
 }
 
+/* The owning thread's id of a segment (0: none), without the mark that sends
+ * its owner's frees down the slow path (free_remote_with_options). */
+#define OWNER_CHECKED_BIT ((uint64_t)1 << 63) /* owner ids never match: frees go slow */
+static inline uint64_t segment_owner_thread(const struct segment *segment) {
+    /* relaxed: equal to a thread's id only if that thread stored it itself
+     * (ownership changes on the owner's own thread, or to 0) */
+    return atomic_load_explicit(&segment->owner_id, memory_order_relaxed) & ~OWNER_CHECKED_BIT;
+}
+
 /* ---- heap.c ---- */
 extern __thread struct heap *t_heap __attribute__((tls_model("initial-exec"))) INTERNAL;
 extern struct heap g_empty_heap INTERNAL;
@@ -342,8 +351,7 @@ size_t block_usable_size(const void *p, const char *function) INTERNAL;
 void free_internal(void *p) INTERNAL;
 
 /* ---- check.c: secure mode and MALLOC_PERTURB_ ---- */
-#define OWNER_CHECKED_BIT ((uint64_t)1 << 63) /* owner ids never match: frees go slow */
-#define SECURE_TRAILER    5 /* at least one canary byte, then the requested size (4 bytes) */
+#define SECURE_TRAILER 5 /* at least one canary byte, then the requested size (4 bytes) */
 void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) INTERNAL;
 void checked_before_free(struct page *page, struct block *b) INTERNAL;
 void aggressive_release_block(const struct page *page, struct block *b) INTERNAL;

@@ -84,7 +84,7 @@ static void usage_total(struct usage *u, uint64_t owner, bool all) {
     memset(u, 0, sizeof *u);
     spin_lock(&g_registry_lock);
     for (struct segment *s = g_registry; s; s = s->all_next)
-        if (all || (LOAD(s->owner_id) & ~OWNER_CHECKED_BIT) == owner) usage_of_segment(s, u);
+        if (all || segment_owner_thread(s) == owner) usage_of_segment(s, u);
     spin_unlock(&g_registry_lock);
 }
 
