@@ -124,7 +124,7 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
     } else if (usable > SMALL_MAX && heap_large_shrink(p, size)) {
         return p;
     }
-    if (size <= usable && (size >= usable / 2 || usable <= 64) && !g_options.checked) return p;
+    if (size <= usable && (size >= usable / 2 || usable <= 64) && !OPTION(checked)) return p;
     void *fresh = malloc_inline(size);
     if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */
     memcpy(fresh, p, size < usable ? size : usable);

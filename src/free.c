@@ -84,7 +84,7 @@ static NOINLINE void free_remote_with_options(struct page *page, struct block *b
         if (!owner) fatal_error("free(): double free detected");
         heap_double_free_check(segment->heap, page, b);
     }
-    if (g_options.checked) checked_before_free(page, b);
+    if (OPTION(checked)) checked_before_free(page, b);
     /* secure mode checks the free fill on reuse: released pages read zero */
     if (OPTION(aggressive_madvise) && !g_options.secure) aggressive_release_block(page, b);
     if (owner)

@@ -504,7 +504,7 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
 bool heap_large_grow(void *p, size_t size) {
     struct segment *segment = segment_of(p);
     struct page *page = page_of(segment, p);
-    if (page->class_index != LARGE_CLASS || size > LARGE_MAX || g_options.checked) return false;
+    if (page->class_index != LARGE_CLASS || size > LARGE_MAX || OPTION(checked)) return false;
     if (segment_owner_thread(segment) != current_thread_id()) return false;
     unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
     if (!segment_page_grow(segment->heap, page, slices)) return false;
@@ -518,7 +518,7 @@ bool heap_large_grow(void *p, size_t size) {
 bool heap_large_shrink(void *p, size_t size) {
     struct segment *segment = segment_of(p);
     struct page *page = page_of(segment, p);
-    if (page->class_index != LARGE_CLASS || size <= SMALL_MAX || g_options.checked) return false;
+    if (page->class_index != LARGE_CLASS || size <= SMALL_MAX || OPTION(checked)) return false;
     if (segment_owner_thread(segment) != current_thread_id()) return false;
     unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
     if (slices >= page->slice_count) return slices == page->slice_count;
@@ -552,7 +552,7 @@ void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
     }
     void *p;
     if (is_zero) *is_zero = false;
-    if (unlikely(g_options.checked)) {
+    if (unlikely(OPTION(checked))) {
         p = checked_malloc(heap, size, 0, is_zero);
         if (p == NULL) goto out_of_memory;
         return p;
@@ -583,7 +583,7 @@ void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
         heap = heap_for_thread();
         if (heap == NULL) goto out_of_memory;
     }
-    if (unlikely(g_options.checked)) {
+    if (unlikely(OPTION(checked))) {
         void *p = checked_malloc(heap, size, alignment, NULL);
         if (p == NULL) goto out_of_memory;
         return p;

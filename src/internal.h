@@ -44,7 +44,7 @@ struct options {
     int perturb;             /* MALLOC_PERTURB_ byte (0: off) */
     int check_action;        /* MALLOC_CHECK_ value; 3 turns on secure mode */
     bool secure;             /* canaries, free fill checked on reuse, guard pages */
-    bool checked;            /* secure or perturb at startup: all calls take check.c's paths */
+    bool checked;            /* secure or perturb: all calls take check.c's paths */
     bool free_slow;          /* checked, or aggressive: every free takes the slow path */
 };
 extern struct options g_options INTERNAL;

@@ -41,13 +41,25 @@ static struct spin_lock options_lock = SPIN_LOCK_INIT;
  * on (its per-block release lives there); segments already owned learn it
  * through their owner ids, which the owners' fast path compares. */
 static void free_slow_update(void) {
-    bool slow = g_options.checked || OPTION(aggressive_madvise);
+    bool slow = OPTION(checked) || OPTION(aggressive_madvise);
     OPTION_SET(free_slow, slow);
     segments_mark_slow_frees(slow);
 }
 
+static void small_limit_update(void);
+
+/* Checked mode: secure mode (chosen at start-up: its blocks carry trailers)
+ * or MALLOC_PERTURB_, which mallopt may set or clear at any time, as in
+ * glibc: perturbed blocks have the default layout, so the paths can switch
+ * under blocks already handed out. */
+static void checked_update(void) {
+    OPTION_SET(checked, g_options.secure || OPTION(perturb) != 0);
+    free_slow_update();
+    small_limit_update();
+}
+
 static void small_limit_update(void) {
-    size_t limit = g_options.checked ? 0 /* every malloc takes the checked slow path */
+    size_t limit = OPTION(checked) ? 0 /* every malloc takes the checked slow path */
                    : OPTION(mmap_max) == 0 || OPTION(mmap_threshold) > SMALL_MAX ? SMALL_MAX
                    : OPTION(mmap_threshold) == 0                                 ? 0
                                                  : OPTION(mmap_threshold) - 1;
@@ -94,6 +106,7 @@ static int set_option(int param, long value) {
         return value >= 0 && value <= 160;
     case M_PERTURB:
         OPTION_SET(perturb, (int)value & 0xff);
+        checked_update();
         return 1;
     case M_CHECK_ACTION:
         OPTION_SET(check_action, (int)value);
@@ -240,9 +253,7 @@ void options_init_from_environment(void) {
                 apply(tunables[i].param, entry + n + 1, strlen(entry + n + 1));
         }
     }
-    /* Checked mode is chosen once, before any segment has an owner. */
+    /* Secure mode is chosen once, before any block has its layout. */
     g_options.secure = g_options.secure || OPTION(check_action) == 3;
-    g_options.checked = g_options.secure || OPTION(perturb) != 0;
-    free_slow_update();
-    small_limit_update();
+    checked_update();
 }

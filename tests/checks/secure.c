@@ -103,6 +103,30 @@ int main(int argc, char **argv) {
         for (int i = 0; i < 16; i++) free(b[i]);
         return 0;
     }
+    if (strcmp(c, "perturb-mallopt") == 0) { /* set while the heap is in use, as glibc allows */
+        void *volatile before = malloc(64);
+        free(before);
+        if (mallopt(M_PERTURB, 165) != 1) return fail("mallopt(M_PERTURB)");
+        static const size_t sizes[] = {64, 3000, 100000, 5000000};
+        for (int k = 0; k < 4; k++) {
+            unsigned char *p = malloc(sizes[k]);
+            if (p == NULL) return fail("malloc");
+            for (size_t i = 0; i < sizes[k]; i += 997)
+                if (p[i] != 0x5a) return fail("memory not perturbed after mallopt(M_PERTURB)");
+            memset(p, 0, sizes[k]);
+            free(p);
+        }
+        unsigned char *z = calloc(1, 3000);
+        for (int i = 0; i < 3000; i++)
+            if (z[i]) return fail("calloc perturbed");
+        free(z);
+        if (mallopt(M_PERTURB, 0) != 1) return fail("mallopt(M_PERTURB, 0)");
+        for (int i = 0; i < 1000; i++) { /* the fast paths again */
+            char *volatile q = malloc(40);
+            free(q);
+        }
+        return 0;
+    }
     if (strcmp(c, "perturb") == 0) { /* MALLOC_PERTURB_=165: ~165 = 0x5a on malloc */
         unsigned char *p = malloc(64);
         for (int i = 0; i < 64; i++)
