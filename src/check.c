@@ -57,6 +57,11 @@ void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_
         *is_zero = true;
     } else if (OPTION(perturb)) {
         memset(p, OPTION(perturb) ^ 0xff, size);
+        /* no longer a page of zeros: a calloc that read the size limit
+         * before another thread's mallopt(M_PERTURB) turned checked mode on
+         * came here through malloc and trusts that flag (mt_tsan caught a
+         * calloc returning the fill) */
+        page_of(segment_of(p), p)->is_zero = 0;
     }
     if (g_options.secure) secure_write_trailer(p, usable, size);
     return p;

@@ -8,9 +8,10 @@
  *                           gone), concurrent malloc_trim
  *   mt_tsan stats [rounds]  the same, plus a thread calling mallinfo2,
  *                           malloc_info, malloc_stats (twice, on stderr) and
- *                           tidemalloc_stats, and turning aggressive mode on
- *                           and off with mallopt (which marks every owned
- *                           segment's owner id while their owners free)
+ *                           tidemalloc_stats, and turning aggressive mode and
+ *                           MALLOC_PERTURB_ on and off with mallopt (which
+ *                           marks every owned segment's owner id while their
+ *                           owners free, and switches the checked paths)
  * Every block carries its size and seed and is filled from them; it is
  * checked whenever a thread takes it. Exit 0 when clean; a sanitizer report
  * makes the sanitizer exit non-zero (TSAN_OPTIONS=halt_on_error=1:exitcode=66,
@@ -214,9 +215,12 @@ static void *stats_reader(void *arg) {
         if (n == 1 || n == 200) tm_malloc_stats(); /* on stderr, where sanitizers report too */
         if (n % 16 == 0 && tm_mallopt(M_AGGRESSIVE_MADVISE, (int)(n / 16 % 2)) != 1)
             DIE("mallopt(M_AGGRESSIVE_MADVISE) refused");
+        if (n % 16 == 8 && tm_mallopt(M_PERTURB, n / 16 % 2 ? 0xa5 : 0) != 1)
+            DIE("mallopt(M_PERTURB) refused");
         n++;
     }
     tm_mallopt(M_AGGRESSIVE_MADVISE, 0);
+    tm_mallopt(M_PERTURB, 0);
     if (devnull) fclose(devnull);
     return NULL;
 }
