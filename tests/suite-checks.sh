@@ -37,6 +37,7 @@ expect_ok secure-clean-program MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" c
 expect_ok secure-no-release-inside-free-blocks MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" released
 expect_ok perturb MALLOC_PERTURB_=165 LD_PRELOAD="$lib" "$bin/secure" perturb
 expect_ok perturb-mallopt LD_PRELOAD="$lib" "$bin/secure" perturb-mallopt
+expect_ok perturb-mallopt-race LD_PRELOAD="$lib" "$bin/secure" perturb-mallopt-race
 # Without secure mode the same overflow goes unnoticed (the check is the mode's).
 expect_ok default-mode-no-canary LD_PRELOAD="$lib" "$bin/secure" overflow
 

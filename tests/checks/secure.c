@@ -4,6 +4,7 @@
  * message) or must exit 0. */
 #include <malloc.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,6 +27,28 @@ static void *released_owner(void *arg) {
     pthread_barrier_wait(&barrier);
     for (int i = 1; i < 64; i += 2) memset(remote[i] = malloc(16000), 1, 16000);
     for (int i = 0; i < 64; i++) free(remote[i]);
+    return NULL;
+}
+
+/* mallopt(M_PERTURB) from one thread while another callocs: a calloc that
+ * read the size limit before checked mode came on went through malloc's
+ * slow path, got a perturbed block on a fresh page and zeroed only its first
+ * 16 bytes (every run failed within milliseconds). */
+static atomic_int race_stop, race_bad;
+static void *perturb_toggler(void *arg) {
+    (void)arg;
+    for (int n = 0; !atomic_load(&race_stop); n++) mallopt(M_PERTURB, n & 1 ? 0xa5 : 0);
+    return NULL;
+}
+static void *zero_caller(void *arg) {
+    (void)arg;
+    for (int r = 0; r < 500000 && !atomic_load(&race_bad); r++) {
+        size_t n = 17 + (size_t)(r * 37) % 1000;
+        unsigned char *p = calloc(1, n);
+        for (size_t i = 0; p && i < n; i++)
+            if (p[i]) atomic_store(&race_bad, 1);
+        if (r % 3) free(p); /* keep a third: fresh pages keep coming */
+    }
     return NULL;
 }
 
@@ -126,6 +149,16 @@ int main(int argc, char **argv) {
             free(q);
         }
         return 0;
+    }
+    if (strcmp(c, "perturb-mallopt-race") == 0) {
+        pthread_t toggler, caller;
+        if (pthread_create(&toggler, NULL, perturb_toggler, NULL) != 0 ||
+            pthread_create(&caller, NULL, zero_caller, NULL) != 0)
+            return fail("pthread_create");
+        pthread_join(caller, NULL);
+        atomic_store(&race_stop, 1);
+        pthread_join(toggler, NULL);
+        return atomic_load(&race_bad) ? fail("calloc returned a non-zero byte") : 0;
     }
     if (strcmp(c, "perturb") == 0) { /* MALLOC_PERTURB_=165: ~165 = 0x5a on malloc */
         unsigned char *p = malloc(64);
