@@ -23,7 +23,7 @@ extern "C" {
 struct tidemalloc_stats {
     uint64_t mmap_calls;     /* mmap, including failed attempts */
     uint64_t munmap_calls;   /* munmap */
-    uint64_t madvise_calls;  /* madvise (MADV_DONTNEED releases) */
+    uint64_t madvise_calls;  /* madvise and process_madvise (MADV_DONTNEED releases) */
     uint64_t mremap_calls;   /* mremap (huge realloc) */
     uint64_t bytes_mapped;   /* address space currently mapped for blocks */
     uint64_t bytes_retained; /* free memory kept resident (candidates for release) */
@@ -38,7 +38,7 @@ struct tidemalloc_stats {
 /* Fills *out. Safe to call from any thread at any time; it never allocates. */
 void tidemalloc_stats(struct tidemalloc_stats *out);
 
-/* Number of release syscalls (munmap + madvise) made so far: handy in tests. */
+/* Number of release syscalls (munmap + madvise + process_madvise) made so far. */
 uint64_t tidemalloc_release_syscalls(void);
 
 #ifdef __cplusplus

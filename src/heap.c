@@ -400,17 +400,25 @@ static void page_cache_flush(struct heap *heap, bool everything) {
 /* Purger or malloc_trim, any thread, heaps lock held: release the memory of
  * cached pages free for min_age_ms; they stay cached, clean. */
 size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) {
+    struct iovec ranges[sizeof heap->page_cache / sizeof heap->page_cache[0]];
+    struct cached_page *entries[sizeof ranges / sizeof ranges[0]];
+    unsigned count = 0;
     size_t released = 0;
     spin_lock(&heap->cache_lock);
     for (unsigned i = 0; i < heap->page_cache_count; i++) {
         struct cached_page *entry = &heap->page_cache[i];
         if (entry->clean || (uint32_t)(now - entry->freed_ms) < min_age_ms) continue;
-        struct page *page = entry->page;
-        if (os_release((void *)page_slices_begin(page), page_bytes(page))) {
-            entry->clean = 1;
-            retained_change(page_bytes(page), false);
-            released += page_bytes(page);
-        }
+        entries[count] = entry;
+        ranges[count].iov_base = (void *)page_slices_begin(entry->page);
+        ranges[count].iov_len = page_bytes(entry->page);
+        count++;
+    }
+    uint64_t went = count ? os_release_ranges(ranges, count) : 0;
+    for (unsigned i = 0; i < count; i++) {
+        if (!(went >> i & 1)) continue;
+        entries[i]->clean = 1;
+        retained_change(ranges[i].iov_len, false);
+        released += ranges[i].iov_len;
     }
     spin_unlock(&heap->cache_lock);
     return released;

@@ -11,6 +11,8 @@
 #ifndef TIDEMALLOC_INTERNAL_H
 #define TIDEMALLOC_INTERNAL_H
 
+#include <sys/uio.h>
+
 #include "types.h"
 #include "lock.h"
 
@@ -89,6 +91,8 @@ extern struct os_counters g_os INTERNAL;
 void *os_map(size_t size) INTERNAL; /* NULL on failure */
 void os_unmap(void *address, size_t size) INTERNAL;
 bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
+/* Releases up to 64 ranges in as few calls as it can; bit i: ranges[i] went back. */
+uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) INTERNAL;
 void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
 void *os_map_aligned(size_t size) INTERNAL; /* starts on a segment boundary; NULL on failure */
 void *os_map_segment(void) INTERNAL;        /* SEGMENT_SIZE-aligned, NULL on failure */
@@ -174,7 +178,18 @@ void segment_orphan(struct segment *segment) INTERNAL;
 void segments_mark_slow_frees(bool slow) INTERNAL; /* sets or clears OWNER_CHECKED_BIT */
 struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
 void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
-size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
+/* Ranges a purge pass releases together (segment_purge gathers them). */
+#define PURGE_BATCH_MAX 64
+struct purge_batch {
+    struct iovec ranges[PURGE_BATCH_MAX];      /* what goes back, in address order per segment */
+    struct segment *segments[PURGE_BATCH_MAX]; /* the segment of each range */
+    uint64_t runs[PURGE_BATCH_MAX];            /* the slices of each range */
+    unsigned count;                            /* ranges gathered */
+    size_t pending_bytes;                      /* their bytes: still counted as retained */
+};
+size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
+                     struct purge_batch *batch) INTERNAL;
+size_t purge_batch_flush(struct purge_batch *batch) INTERNAL;
 extern struct spin_lock g_registry_lock INTERNAL;
 extern struct segment *g_registry INTERNAL;
 extern struct spin_lock g_abandoned_lock INTERNAL;

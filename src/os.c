@@ -81,6 +81,36 @@ bool os_release(void *address, size_t size) {
     return ok;
 }
 
+/* process_madvise(2) on the process itself (PIDFD_SELF, Linux 6.14 and
+ * later) releases many ranges in one system call, and since Linux 6.16 with
+ * one TLB flush for all of them: a flush interrupts every CPU that runs one
+ * of the process's threads. Cleared for good at the first failure (an older
+ * kernel, or a seccomp filter that refuses it); plain madvise then. */
+#define PIDFD_SELF_PROCESS (-10000)
+static _Atomic bool vector_release_works = true;
+
+uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) {
+    uint64_t done = 0;
+    unsigned next = 0;
+    /* relaxed: a capability flag; a stale true only costs one failed call */
+    if (count > 1 && atomic_load_explicit(&vector_release_works, memory_order_relaxed)) {
+        COUNT(madvise_calls, 1);
+        long r = raw_syscall6(SYS_process_madvise, PIDFD_SELF_PROCESS, (long)ranges, (long)count,
+                              MADV_DONTNEED, 0, 0);
+        if (r < 0) atomic_store_explicit(&vector_release_works, false, memory_order_relaxed);
+        /* the ranges are done in order: those the byte count covers went back */
+        for (size_t left = r < 0 ? 0 : (size_t)r; next < count && ranges[next].iov_len <= left;
+             next++) {
+            left -= ranges[next].iov_len;
+            done |= (uint64_t)1 << next;
+            COUNT(bytes_released, ranges[next].iov_len);
+        }
+    }
+    for (; next < count; next++)
+        if (os_release(ranges[next].iov_base, ranges[next].iov_len)) done |= (uint64_t)1 << next;
+    return done;
+}
+
 void *os_remap(void *address, size_t old_size, size_t new_size) {
     COUNT(mremap_calls, 1);
     long r = raw_syscall6(SYS_mremap, (long)address, (long)old_size, (long)new_size, MREMAP_MAYMOVE,

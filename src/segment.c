@@ -367,6 +367,16 @@ static void segment_return_slices(struct heap *heap, struct segment *segment, un
     }
 }
 
+/* Aggressive mode, owner only (so the segment stays mapped): every free
+ * resident slice of the segment goes back now. */
+static void segment_purge_now(struct segment *segment, uint32_t now) {
+    struct purge_batch batch;
+    batch.count = 0;
+    batch.pending_bytes = 0;
+    segment_purge(segment, now, 0, &batch);
+    purge_batch_flush(&batch);
+}
+
 /* realloc shrinking a large block: the slices past `slices` go back. */
 void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) {
     struct segment *segment = segment_of(page);
@@ -374,7 +384,7 @@ void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) 
     page->slice_count = (uint8_t)slices;
     uint32_t now = clock_ms();
     segment_return_slices(heap, segment, first + slices, old - slices, false, now);
-    if (OPTION(aggressive_madvise)) segment_purge(segment, now, 0);
+    if (OPTION(aggressive_madvise)) segment_purge_now(segment, now);
 }
 
 void segment_page_free(struct heap *heap, struct page *page) {
@@ -387,7 +397,7 @@ void segment_page_free(struct heap *heap, struct page *page) {
     page->block_size = 0;
     segment_return_slices(heap, segment, first, count, clean, now);
     segment->used_pages--;
-    if (OPTION(aggressive_madvise)) segment_purge(segment, now, 0);
+    if (OPTION(aggressive_madvise)) segment_purge_now(segment, now);
     if (segment->used_pages == 0 && (heap->segments_avail != segment || segment->next != NULL))
         segment_release_empty(heap, segment);
 }
@@ -446,31 +456,68 @@ bool segment_cache_trim(bool everything, uint32_t now) {
     }
 }
 
-/* Releases the slices in `mask`, one madvise per run of adjacent ones; *done:
- * those that went back. Returns their bytes. */
+/* Releases the slices in `mask`, one range per run of adjacent ones, all in
+ * one call where the kernel allows; *done: those that went back. Returns
+ * their bytes. */
 static size_t release_slice_runs(struct segment *segment, uint64_t mask, uint64_t *done) {
-    size_t released = 0;
-    *done = 0;
-    for (uint64_t m = mask; m;) {
+    struct iovec ranges[SLICES_PER_SEGMENT / 2]; /* runs are separated: at most 32 */
+    uint64_t runs[SLICES_PER_SEGMENT / 2];
+    unsigned count = 0;
+    for (uint64_t m = mask; m; count++) {
         unsigned first = (unsigned)__builtin_ctzll(m);
         uint64_t rest = ~(m >> first);
-        unsigned count = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
-        uint64_t run = run_mask(first, count);
-        if (os_release((char *)segment + ((size_t)first << SLICE_SHIFT),
-                       (size_t)count << SLICE_SHIFT)) {
-            *done |= run;
-            released += (size_t)count << SLICE_SHIFT;
-        }
-        m &= ~run;
+        unsigned length = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
+        runs[count] = run_mask(first, length);
+        ranges[count].iov_base = (char *)segment + ((size_t)first << SLICE_SHIFT);
+        ranges[count].iov_len = (size_t)length << SLICE_SHIFT;
+        m &= ~runs[count];
+    }
+    size_t released = 0;
+    *done = 0;
+    uint64_t went = count ? os_release_ranges(ranges, count) : 0;
+    for (unsigned i = 0; i < count; i++) {
+        if (!(went >> i & 1)) continue;
+        *done |= runs[i];
+        released += ranges[i].iov_len;
     }
     return released;
 }
 
-/* Releases free resident slices that have stayed free at least min_age_ms, in
- * coalesced ranges. Safe from any thread: the slices are taken out of the free
- * set while the syscall runs, so the owner cannot hand them out meanwhile.
- * Callers hold the registry lock, so the segment cannot be unmapped. */
-size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms) {
+/* Gives the batch's ranges back in one call where the kernel allows, then
+ * returns their slices to their segments' free sets: clean if they went
+ * back. Returns the bytes released. */
+size_t purge_batch_flush(struct purge_batch *batch) {
+    uint64_t went = batch->count ? os_release_ranges(batch->ranges, batch->count) : 0;
+    size_t released = 0;
+    for (unsigned i = 0; i < batch->count;) {
+        struct segment *segment = batch->segments[i];
+        uint64_t taken = 0, done = 0;
+        for (; i < batch->count && batch->segments[i] == segment; i++) {
+            taken |= batch->runs[i];
+            if (!(went >> i & 1)) continue;
+            done |= batch->runs[i];
+            released += batch->ranges[i].iov_len;
+        }
+        spin_lock(&segment->lock);
+        segment->free_slices |= taken;
+        segment->purging_slices &= ~taken;
+        segment->dirty_slices &= ~done;
+        spin_unlock(&segment->lock);
+        retained_add(done, false);
+    }
+    batch->count = 0;
+    batch->pending_bytes = 0;
+    return released;
+}
+
+/* Adds the free resident slices that have stayed free at least min_age_ms to
+ * the batch, one range per run of adjacent ones (flushing it when full).
+ * Safe from any thread: the slices are out of the free set until the flush,
+ * so the owner cannot hand them out meanwhile. Callers hold the registry
+ * lock until the flush, so the segment cannot be unmapped. Returns the bytes
+ * released by flushes on the way. */
+size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
+                     struct purge_batch *batch) {
     spin_lock(&segment->lock);
     uint64_t candidates = segment->free_slices & segment->dirty_slices & ~(uint64_t)1;
     if (min_age_ms > 0) {
@@ -483,16 +530,22 @@ size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms)
     segment->free_slices &= ~candidates;
     segment->purging_slices |= candidates;
     spin_unlock(&segment->lock);
-    if (candidates == 0) return 0;
 
-    uint64_t done;
-    size_t released = release_slice_runs(segment, candidates, &done);
-    spin_lock(&segment->lock);
-    segment->free_slices |= candidates;
-    segment->purging_slices &= ~candidates;
-    segment->dirty_slices &= ~done;
-    spin_unlock(&segment->lock);
-    retained_add(done, false);
+    size_t released = 0;
+    for (uint64_t m = candidates; m;) {
+        if (batch->count == PURGE_BATCH_MAX) released += purge_batch_flush(batch);
+        unsigned first = (unsigned)__builtin_ctzll(m);
+        uint64_t rest = ~(m >> first);
+        unsigned length = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
+        uint64_t run = run_mask(first, length);
+        batch->segments[batch->count] = segment;
+        batch->runs[batch->count] = run;
+        batch->ranges[batch->count].iov_base = (char *)segment + ((size_t)first << SLICE_SHIFT);
+        batch->ranges[batch->count].iov_len = (size_t)length << SLICE_SHIFT;
+        batch->pending_bytes += (size_t)length << SLICE_SHIFT;
+        batch->count++;
+        m &= ~run;
+    }
     return released;
 }
 

@@ -3,8 +3,8 @@
 # `make release-tests` into build/release/). Each test runs with the library in
 # LD_PRELOAD and reads our counters through dlsym(tidemalloc_stats); its
 # figures (counter deltas, RSS) are appended to the PASS/FAIL line. Seed 000's
-# cases are confirmed with `strace -f -c -e trace=munmap,madvise` on the whole
-# process (start-up included).
+# cases are confirmed with `strace -f -c -e trace=munmap,madvise,process_madvise`
+# on the whole process (start-up included).
 #   TEST_TIMEOUT  seconds per test (default 120)
 #   TEST_FILTER   run only tests whose name contains this string
 # Prints PASS/FAIL/SKIP lines; always exits 0.
@@ -50,7 +50,7 @@ run() {
 }
 
 # strace_check NAME LIMIT [VAR=value ...] -- PROGRAM [ARGS...]: whole-process
-# munmap + madvise calls counted by strace -f -c must be <= LIMIT.
+# munmap + madvise + process_madvise calls counted by strace -f -c must be <= LIMIT.
 strace_check() {
   local name=$1 limit=$2; shift 2
   local envs=()
@@ -62,7 +62,7 @@ strace_check() {
     return 0
   fi
   local sum log; sum=$(mktemp); log=$(mktemp)
-  timeout -k 5 "$tmo" strace -f -c -e trace=munmap,madvise -o "$sum" \
+  timeout -k 5 "$tmo" strace -f -c -e trace=munmap,madvise,process_madvise -o "$sum" \
     env "${envs[@]}" LD_PRELOAD="$lib" "$bdir/$@" >"$log" 2>&1 </dev/null
   local rc=$?
   if [ $rc -ne 0 ] && ! grep -q -e munmap -e madvise -e total "$sum" 2>/dev/null; then
@@ -75,11 +75,13 @@ strace_check() {
     return 0
   fi
   # strace -c rows: % time, seconds, usecs/call, calls, [errors,] syscall
-  local munmap madvise
+  local munmap madvise vector
   munmap=$(awk '$NF == "munmap" { print $4 }' "$sum"); munmap=${munmap:-0}
   madvise=$(awk '$NF == "madvise" { print $4 }' "$sum"); madvise=${madvise:-0}
-  local total=$((munmap + madvise))
-  local figs="strace_munmap=$munmap strace_madvise=$madvise strace_total=$total limit=$limit"
+  vector=$(awk '$NF == "process_madvise" { print $4 }' "$sum"); vector=${vector:-0}
+  local total=$((munmap + madvise + vector))
+  local figs="strace_munmap=$munmap strace_madvise=$madvise strace_process_madvise=$vector"
+  figs="$figs strace_total=$total limit=$limit"
   if [ "$total" -le "$limit" ]; then
     echo "PASS $name $figs"
   else
@@ -188,6 +190,11 @@ setuid_check() {
   rm -rf "$dir"
 }
 setuid_check
+
+# Many ranges in one call (process_madvise), and madvise where it is refused.
+run batched-release TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_release batched
+run batched-release-refused-enosys TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_release refused
+run batched-release-refused-eperm TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_release refused eperm
 
 # g. Bounded release syscalls under a hostile pattern.
 run hostile-trim0-delay0 MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 -- rel_hostile
