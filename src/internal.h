@@ -179,7 +179,7 @@ void segments_mark_slow_frees(bool slow) INTERNAL; /* sets or clears OWNER_CHECK
 struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
 void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
 /* Ranges a purge pass releases together (segment_purge gathers them). */
-#define PURGE_BATCH_MAX 64
+#define PURGE_BATCH_MAX 32 /* 1 KiB of stack: passes also run on free()'s slow path */
 struct purge_batch {
     struct iovec ranges[PURGE_BATCH_MAX];      /* what goes back, in address order per segment */
     struct segment *segments[PURGE_BATCH_MAX]; /* the segment of each range */
