@@ -299,6 +299,17 @@ void purge_atfork_child(void) {
  * list back. Descriptors are read without the owner's cooperation: fields of
  * an in-use page are constant, and an exchange on a page that changed hands
  * only yields blocks of its new, equally constant, layout. */
+/* Gives ranges back (one call where the kernel allows); empties the array.
+ * Returns the bytes that went. */
+static size_t release_ranges(struct iovec *ranges, unsigned *count) {
+    uint64_t went = *count ? os_release_ranges(ranges, *count) : 0;
+    size_t released = 0;
+    for (unsigned i = 0; i < *count; i++)
+        if (went >> i & 1) released += ranges[i].iov_len;
+    *count = 0;
+    return released;
+}
+
 static size_t release_remote_freed_blocks(void) {
     size_t released = 0;
     /* Secure mode checks each free block's fill when it is reused: a page
@@ -319,13 +330,17 @@ static size_t release_remote_freed_blocks(void) {
             uint32_t reserved = page->reserved;
             uint64_t page_bytes = (uint64_t)page->slice_count << SLICE_SHIFT;
             struct block *tail = list;
+            struct iovec ranges[PURGE_BATCH_MAX];
+            unsigned count = 0;
             for (struct block *b = list; b; b = block_link_decode(b)) {
                 uintptr_t from = ((uintptr_t)b + sizeof(struct block) + OS_PAGE_SIZE - 1) &
                                  ~(uintptr_t)(OS_PAGE_SIZE - 1);
                 uintptr_t to = ((uintptr_t)b + block_size) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
-                if (to > from && os_release((void *)from, to - from)) released += to - from;
+                if (to > from) ranges[count++] = (struct iovec){(void *)from, to - from};
+                if (count == PURGE_BATCH_MAX) released += release_ranges(ranges, &count);
                 tail = b;
             }
+            released += release_ranges(ranges, &count);
             uintptr_t old = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
             uintptr_t word;
             do {
