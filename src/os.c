@@ -81,11 +81,12 @@ bool os_release(void *address, size_t size) {
     return ok;
 }
 
-/* process_madvise(2) on the process itself (PIDFD_SELF, Linux 6.14 and
- * later) releases many ranges in one system call, and since Linux 6.16 with
- * one TLB flush for all of them: a flush interrupts every CPU that runs one
- * of the process's threads. Cleared for good at the first failure (an older
- * kernel, or a seccomp filter that refuses it); plain madvise then. */
+/* process_madvise(2) on the process itself (the PIDFD_SELF sentinel, in
+ * recent kernels) releases many ranges in one system call, with one TLB flush
+ * for all of them where the kernel batches them (Linux 6.18 here): a flush
+ * interrupts every CPU that runs one of the process's threads. Cleared for
+ * good at the first failure (an older kernel, valgrind, a seccomp filter
+ * that refuses it); plain madvise then. */
 #define PIDFD_SELF_PROCESS (-10000)
 static _Atomic bool vector_release_works = true;
 

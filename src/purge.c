@@ -291,14 +291,6 @@ void purge_atfork_child(void) {
     atomic_store_explicit(&purger_request, 0, memory_order_relaxed);
 }
 
-/* malloc_trim: blocks that other threads freed into a live thread's pages
- * wait on the pages' thread_free lists until that thread collects them. Take
- * each list for a moment (one exchange: the owner, finding it empty, cannot
- * retire the page meanwhile, since those blocks still count as used), release
- * the whole OS pages inside its blocks past their link words, and push the
- * list back. Descriptors are read without the owner's cooperation: fields of
- * an in-use page are constant, and an exchange on a page that changed hands
- * only yields blocks of its new, equally constant, layout. */
 /* Gives ranges back (one call where the kernel allows); empties the array.
  * Returns the bytes that went. */
 static size_t release_ranges(struct iovec *ranges, unsigned *count) {
@@ -310,6 +302,14 @@ static size_t release_ranges(struct iovec *ranges, unsigned *count) {
     return released;
 }
 
+/* malloc_trim: blocks that other threads freed into a live thread's pages
+ * wait on the pages' thread_free lists until that thread collects them. Take
+ * each list for a moment (one exchange: the owner, finding it empty, cannot
+ * retire the page meanwhile, since those blocks still count as used), release
+ * the whole OS pages inside its blocks past their link words, and push the
+ * list back. Descriptors are read without the owner's cooperation: fields of
+ * an in-use page are constant, and an exchange on a page that changed hands
+ * only yields blocks of its new, equally constant, layout. */
 static size_t release_remote_freed_blocks(void) {
     size_t released = 0;
     /* Secure mode checks each free block's fill when it is reused: a page

@@ -456,6 +456,19 @@ bool segment_cache_trim(bool everything, uint32_t now) {
     }
 }
 
+/* The lowest run of adjacent set bits of m (not 0). */
+static uint64_t lowest_run(uint64_t m) {
+    unsigned first = (unsigned)__builtin_ctzll(m);
+    uint64_t rest = ~(m >> first);
+    return run_mask(first, rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest));
+}
+
+/* The memory of a run of slices. */
+static struct iovec run_range(struct segment *segment, uint64_t run) {
+    return (struct iovec){(char *)segment + ((size_t)__builtin_ctzll(run) << SLICE_SHIFT),
+                          (size_t)__builtin_popcountll(run) << SLICE_SHIFT};
+}
+
 /* Releases the slices in `mask`, one range per run of adjacent ones, all in
  * one call where the kernel allows; *done: those that went back. Returns
  * their bytes. */
@@ -463,14 +476,9 @@ static size_t release_slice_runs(struct segment *segment, uint64_t mask, uint64_
     struct iovec ranges[SLICES_PER_SEGMENT / 2]; /* runs are separated: at most 32 */
     uint64_t runs[SLICES_PER_SEGMENT / 2];
     unsigned count = 0;
-    for (uint64_t m = mask; m; count++) {
-        unsigned first = (unsigned)__builtin_ctzll(m);
-        uint64_t rest = ~(m >> first);
-        unsigned length = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
-        runs[count] = run_mask(first, length);
-        ranges[count].iov_base = (char *)segment + ((size_t)first << SLICE_SHIFT);
-        ranges[count].iov_len = (size_t)length << SLICE_SHIFT;
-        m &= ~runs[count];
+    for (uint64_t m = mask; m; m &= ~runs[count++]) {
+        runs[count] = lowest_run(m);
+        ranges[count] = run_range(segment, runs[count]);
     }
     size_t released = 0;
     *done = 0;
@@ -534,15 +542,11 @@ size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
     size_t released = 0;
     for (uint64_t m = candidates; m;) {
         if (batch->count == PURGE_BATCH_MAX) released += purge_batch_flush(batch);
-        unsigned first = (unsigned)__builtin_ctzll(m);
-        uint64_t rest = ~(m >> first);
-        unsigned length = rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest);
-        uint64_t run = run_mask(first, length);
+        uint64_t run = lowest_run(m);
         batch->segments[batch->count] = segment;
         batch->runs[batch->count] = run;
-        batch->ranges[batch->count].iov_base = (char *)segment + ((size_t)first << SLICE_SHIFT);
-        batch->ranges[batch->count].iov_len = (size_t)length << SLICE_SHIFT;
-        batch->pending_bytes += (size_t)length << SLICE_SHIFT;
+        batch->ranges[batch->count] = run_range(segment, run);
+        batch->pending_bytes += batch->ranges[batch->count].iov_len;
         batch->count++;
         m &= ~run;
     }
