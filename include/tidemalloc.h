@@ -17,6 +17,7 @@ extern "C" {
 #define M_PURGE_DELAY_MS     (-100) /* ms a free range must stay unused before release */
 #define M_BACKGROUND_PURGE   (-101) /* 1 (default): an idle process still gets memory back */
 #define M_RETAIN_PERCENT     (-102) /* free memory kept, as % of memory in use (0: no bound) */
+#define M_BATCHED_RELEASE    (-103) /* 1 (default): release ranges with one process_madvise */
 
 /* Counters kept since the process started. Syscall counts are those the
  * allocator itself made. */

@@ -40,6 +40,7 @@ struct options {
     bool dynamic_threshold;  /* glibc's adaptive mmap threshold still on */
     bool aggressive_madvise; /* seed 001: release free pages at once */
     bool background_purge;   /* a helper thread releases memory of idle processes */
+    bool batched_release;    /* a pass's ranges go back in one process_madvise call */
     bool print_stats;        /* TIDEMALLOC_STATS=1: summary at exit */
     uint32_t purge_delay_ms; /* how long free memory stays before release */
     uint32_t retain_percent; /* free slices kept past the threshold: % of in use (0: off) */

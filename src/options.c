@@ -27,6 +27,7 @@ struct options g_options = {
     .dynamic_threshold = true,
     .aggressive_madvise = false,
     .background_purge = true,
+    .batched_release = true,
     .print_stats = false,
     .purge_delay_ms = DEFAULT_PURGE_DELAY_MS,
     .retain_percent = DEFAULT_RETAIN_PERCENT,
@@ -127,6 +128,10 @@ static int set_option(int param, long value) {
         if (value != 0 && value != 1) return 0;
         OPTION_SET(background_purge, value == 1);
         return 1;
+    case M_BATCHED_RELEASE:
+        if (value != 0 && value != 1) return 0;
+        OPTION_SET(batched_release, value == 1);
+        return 1;
     case M_RETAIN_PERCENT:
         if (value < 0 || value > 10000) return 0;
         OPTION_SET(retain_percent, (uint32_t)value);
@@ -196,6 +201,7 @@ static const struct tunable tunables[] = {
     {"TIDEMALLOC_PURGE_DELAY_MS", NULL, M_PURGE_DELAY_MS},
     {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE},
     {"TIDEMALLOC_RETAIN_PERCENT", NULL, M_RETAIN_PERCENT},
+    {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE},
 };
 
 static void apply(int param, const char *value, size_t length) {

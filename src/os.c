@@ -86,7 +86,8 @@ bool os_release(void *address, size_t size) {
  * for all of them where the kernel batches them (Linux 6.18 here): a flush
  * interrupts every CPU that runs one of the process's threads. Cleared for
  * good at the first failure (an older kernel, valgrind, a seccomp filter
- * that refuses it); plain madvise then. */
+ * that refuses it); plain madvise then, as with M_BATCHED_RELEASE 0 (for a
+ * seccomp filter that kills the process instead of refusing). */
 #define PIDFD_SELF_PROCESS (-10000)
 static _Atomic bool vector_release_works = true;
 
@@ -94,7 +95,8 @@ uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) {
     uint64_t done = 0;
     unsigned next = 0;
     /* relaxed: a capability flag; a stale true only costs one failed call */
-    if (count > 1 && atomic_load_explicit(&vector_release_works, memory_order_relaxed)) {
+    if (count > 1 && OPTION(batched_release) &&
+        atomic_load_explicit(&vector_release_works, memory_order_relaxed)) {
         COUNT(madvise_calls, 1);
         long r = raw_syscall6(SYS_process_madvise, PIDFD_SELF_PROCESS, (long)ranges, (long)count,
                               MADV_DONTNEED, 0, 0);

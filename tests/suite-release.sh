@@ -195,6 +195,10 @@ setuid_check
 run batched-release TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_release batched
 run batched-release-refused-enosys TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_release refused
 run batched-release-refused-eperm TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_release refused eperm
+# switched off, for a seccomp filter that kills on process_madvise
+run batched-release-off-env TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_BATCHED_RELEASE=0 \
+  -- rel_batched_release off env
+run batched-release-off-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_release off mallopt
 
 # g. Bounded release syscalls under a hostile pattern.
 run hostile-trim0-delay0 MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 -- rel_hostile

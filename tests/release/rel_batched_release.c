@@ -11,6 +11,14 @@
  *                                still go back, with one madvise each, in
  *                                two rounds (the refusal is remembered: the
  *                                second makes one call less)
+ *   rel_batched_release off env|mallopt
+ *                                M_BATCHED_RELEASE 0 (TIDEMALLOC_BATCHED_RELEASE=0
+ *                                in the environment, which the suite sets,
+ *                                or mallopt): a seccomp filter kills the
+ *                                process at its first process_madvise, and
+ *                                the process lives, one madvise per range (a
+ *                                child with it on dies of SIGSYS: the control).
+ *                                mallopt also refuses values other than 0, 1
  * Workload: 64 blocks of 96 KiB (large blocks, 2 slices each, laid out in
  * order in fresh segments), every page touched; the even ones are freed, so
  * the free slices form 32 runs separated by live blocks; malloc_trim(0). */
@@ -23,6 +31,8 @@
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
+#include <sys/wait.h>
+#include <signal.h>
 
 #include "release.h"
 
@@ -45,12 +55,14 @@ static int kernel_takes_batches(void) {
     return works;
 }
 
-/* process_madvise fails with `err`; everything else is allowed. */
+/* process_madvise fails with `err` (0: kills the process); everything else
+ * is allowed. */
 static void refuse_process_madvise(int err) {
+    unsigned action = err ? SECCOMP_RET_ERRNO | (unsigned)err : SECCOMP_RET_KILL_PROCESS;
     struct sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_process_madvise, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (unsigned)err),
+        BPF_STMT(BPF_RET | BPF_K, action),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     struct sock_fprog program = {sizeof filter / sizeof filter[0], filter};
@@ -85,14 +97,37 @@ static uint64_t round_of_trim(size_t *fell) {
 
 int main(int argc, char **argv) {
     int refused = argc >= 2 && strcmp(argv[1], "refused") == 0;
-    if (argc < 2 || (!refused && strcmp(argv[1], "batched") != 0)) {
-        fprintf(stderr, "usage: rel_batched_release batched | refused [eperm]\n");
+    int off = argc >= 3 && strcmp(argv[1], "off") == 0;
+    if (argc < 2 || (!refused && !off && strcmp(argv[1], "batched") != 0)) {
+        fprintf(stderr, "usage: rel_batched_release batched | refused [eperm] | off env|mallopt\n");
         return 2;
     }
     int err = argc >= 3 && strcmp(argv[2], "eperm") == 0 ? EPERM : ENOSYS;
     rel_stats(); /* skips under another allocator */
-    int batches = !refused && kernel_takes_batches();
+    if (off && strcmp(argv[2], "mallopt") == 0) {
+        REL_CHECK(mallopt(M_BATCHED_RELEASE, 2) == 0 && mallopt(M_BATCHED_RELEASE, -1) == 0,
+                  "mallopt(M_BATCHED_RELEASE) accepted a value other than 0 and 1");
+        REL_CHECK(mallopt(M_BATCHED_RELEASE, 0) == 1, "mallopt(M_BATCHED_RELEASE, 0) refused");
+    }
+    int batches = !refused && !off && kernel_takes_batches();
     if (refused) refuse_process_madvise(err);
+    if (off) {
+        /* the control: with batching on, the same filter ends a child */
+        pid_t child = fork();
+        REL_CHECK(child >= 0, "fork failed");
+        if (child == 0) {
+            size_t fell;
+            mallopt(M_BATCHED_RELEASE, 1);
+            refuse_process_madvise(0);
+            round_of_trim(&fell);
+            _exit(0);
+        }
+        int status = 0;
+        REL_CHECK(waitpid(child, &status, 0) == child, "waitpid failed");
+        REL_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS,
+                  "control: batching on, the filter did not end the child (status %#x)", status);
+        refuse_process_madvise(0); /* a process_madvise now ends this process */
+    }
     size_t freed = (size_t)(BLOCKS / 2) * BLOCK_SIZE, fell1, fell2;
     uint64_t calls1 = round_of_trim(&fell1);
     uint64_t calls2 = round_of_trim(&fell2);
@@ -112,6 +147,9 @@ int main(int argc, char **argv) {
         REL_CHECK(calls1 >= BLOCKS / 2 && calls2 >= BLOCKS / 2,
                   "%llu and %llu release calls for 32 ranges, one madvise each expected",
                   (unsigned long long)calls1, (unsigned long long)calls2);
+        if (off)
+            REL_CHECK(calls2 == calls1, "%llu then %llu calls: the same layout expected",
+                      (unsigned long long)calls1, (unsigned long long)calls2);
         if (refused)
             REL_CHECK(calls2 + 1 == calls1, "the refusal was not remembered: %llu then %llu calls",
                       (unsigned long long)calls1, (unsigned long long)calls2);
