@@ -88,7 +88,7 @@ bool os_release(void *address, size_t size) {
  * good at the first failure (an older kernel, valgrind, a seccomp filter
  * that refuses it); plain madvise then, as with M_BATCHED_RELEASE 0 (for a
  * seccomp filter that kills the process instead of refusing). */
-#define PIDFD_SELF_PROCESS (-10000)
+#define PIDFD_SELF_THREAD (-10000) /* the calling thread: its memory is the process's */
 static _Atomic bool vector_release_works = true;
 
 uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) {
@@ -98,7 +98,7 @@ uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) {
     if (count > 1 && OPTION(batched_release) &&
         atomic_load_explicit(&vector_release_works, memory_order_relaxed)) {
         COUNT(madvise_calls, 1);
-        long r = raw_syscall6(SYS_process_madvise, PIDFD_SELF_PROCESS, (long)ranges, (long)count,
+        long r = raw_syscall6(SYS_process_madvise, PIDFD_SELF_THREAD, (long)ranges, (long)count,
                               MADV_DONTNEED, 0, 0);
         if (r < 0) atomic_store_explicit(&vector_release_works, false, memory_order_relaxed);
         /* the ranges are done in order: those the byte count covers went back */

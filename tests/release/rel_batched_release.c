@@ -38,7 +38,7 @@
 
 #define BLOCKS     64
 #define BLOCK_SIZE ((size_t)96 << 10)
-#define PIDFD_SELF_PROCESS (-10000)
+#define PIDFD_SELF_THREAD (-10000) /* the calling thread: its memory is the process's */
 
 static void *blocks[BLOCKS];
 
@@ -49,7 +49,7 @@ static int kernel_takes_batches(void) {
     REL_CHECK(p != MAP_FAILED, "mmap failed");
     memset(p, 1, size);
     struct iovec ranges[2] = {{p, 65536}, {p + 131072, 65536}};
-    long r = syscall(SYS_process_madvise, PIDFD_SELF_PROCESS, ranges, 2, MADV_DONTNEED, 0);
+    long r = syscall(SYS_process_madvise, PIDFD_SELF_THREAD, ranges, 2, MADV_DONTNEED, 0);
     int works = r == 131072 && p[0] == 0 && p[65536] == 1 && p[131072] == 0;
     munmap(p, size);
     return works;
