@@ -40,7 +40,8 @@ struct options {
     bool dynamic_threshold;  /* glibc's adaptive mmap threshold still on */
     bool aggressive_madvise; /* seed 001: release free pages at once */
     bool background_purge;   /* a helper thread releases memory of idle processes */
-    bool batched_release;    /* a pass's ranges go back in one process_madvise call */
+    bool batched_release;    /* a pass's ranges go back in one process_madvise call;
+                                cleared when the kernel refuses one */
     bool print_stats;        /* TIDEMALLOC_STATS=1: summary at exit */
     uint32_t purge_delay_ms; /* how long free memory stays before release */
     uint32_t retain_percent; /* free slices kept past the threshold: % of in use (0: off) */
@@ -186,11 +187,11 @@ struct purge_batch {
     struct segment *segments[PURGE_BATCH_MAX]; /* the segment of each range */
     uint64_t runs[PURGE_BATCH_MAX];            /* the slices of each range */
     unsigned count;                            /* ranges gathered */
-    size_t pending_bytes;                      /* their bytes: still counted as retained */
 };
 size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
                      struct purge_batch *batch) INTERNAL;
 size_t purge_batch_flush(struct purge_batch *batch) INTERNAL;
+size_t purge_batch_bytes(const struct purge_batch *batch) INTERNAL; /* still counted as retained */
 extern struct spin_lock g_registry_lock INTERNAL;
 extern struct segment *g_registry INTERNAL;
 extern struct spin_lock g_abandoned_lock INTERNAL;

@@ -84,23 +84,21 @@ bool os_release(void *address, size_t size) {
 /* process_madvise(2) on the process itself (the PIDFD_SELF sentinel, in
  * recent kernels) releases many ranges in one system call, with one TLB flush
  * for all of them where the kernel batches them (Linux 6.18 here): a flush
- * interrupts every CPU that runs one of the process's threads. Cleared for
- * good at the first failure (an older kernel, valgrind, a seccomp filter
- * that refuses it); plain madvise then, as with M_BATCHED_RELEASE 0 (for a
- * seccomp filter that kills the process instead of refusing). */
+ * interrupts every CPU that runs one of the process's threads. The first
+ * failure (an older kernel, valgrind, a seccomp filter that refuses it) sets
+ * M_BATCHED_RELEASE to 0: plain madvise from then on, as a user sets it for a
+ * seccomp filter that kills the process instead of refusing. */
 #define PIDFD_SELF_THREAD (-10000) /* the calling thread: its memory is the process's */
-static _Atomic bool vector_release_works = true;
 
 uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) {
     uint64_t done = 0;
     unsigned next = 0;
-    /* relaxed: a capability flag; a stale true only costs one failed call */
-    if (count > 1 && OPTION(batched_release) &&
-        atomic_load_explicit(&vector_release_works, memory_order_relaxed)) {
+    /* relaxed (OPTION): a switch; a stale 1 only costs one more failed call */
+    if (count > 1 && OPTION(batched_release)) {
         COUNT(madvise_calls, 1);
         long r = raw_syscall6(SYS_process_madvise, PIDFD_SELF_THREAD, (long)ranges, (long)count,
                               MADV_DONTNEED, 0, 0);
-        if (r < 0) atomic_store_explicit(&vector_release_works, false, memory_order_relaxed);
+        if (r < 0) OPTION_SET(batched_release, false);
         /* the ranges are done in order: those the byte count covers went back */
         for (size_t left = r < 0 ? 0 : (size_t)r; next < count && ranges[next].iov_len <= left;
              next++) {

@@ -51,12 +51,11 @@ static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything, uint6
             released += segment_reclaim_pages(s, now, min_age_ms);
     struct purge_batch batch;
     batch.count = 0;
-    batch.pending_bytes = 0;
     for (struct segment *s = g_registry; s; s = s->all_next) {
         released += segment_purge(s, now, min_age_ms, &batch);
         /* relaxed: a stopping hint */
         if (target && atomic_load_explicit(&g_retained_bytes, memory_order_relaxed) <=
-                          target + batch.pending_bytes)
+                          target + purge_batch_bytes(&batch))
             break;
     }
     released += purge_batch_flush(&batch);

@@ -372,7 +372,6 @@ static void segment_return_slices(struct heap *heap, struct segment *segment, un
 static void segment_purge_now(struct segment *segment, uint32_t now) {
     struct purge_batch batch;
     batch.count = 0;
-    batch.pending_bytes = 0;
     segment_purge(segment, now, 0, &batch);
     purge_batch_flush(&batch);
 }
@@ -514,8 +513,14 @@ size_t purge_batch_flush(struct purge_batch *batch) {
         retained_add(done, false);
     }
     batch->count = 0;
-    batch->pending_bytes = 0;
     return released;
+}
+
+size_t purge_batch_bytes(const struct purge_batch *batch) {
+    size_t bytes = 0;
+    for (unsigned i = 0; i < batch->count; i++)
+        bytes += batch->ranges[i].iov_len;
+    return bytes;
 }
 
 /* Adds the free resident slices that have stayed free at least min_age_ms to
@@ -546,7 +551,6 @@ size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
         batch->segments[batch->count] = segment;
         batch->runs[batch->count] = run;
         batch->ranges[batch->count] = run_range(segment, run);
-        batch->pending_bytes += batch->ranges[batch->count].iov_len;
         batch->count++;
         m &= ~run;
     }
