@@ -172,15 +172,19 @@ static long status_kib(const char *buffer, const char *key) {
 }
 
 /* A 4 MiB-aligned anonymous region is a segment if every slice's `first`
- * points into the header's own descriptor array, as types.h requires. */
+ * points into the header's own descriptor array or is NULL (a slice never
+ * used), as types.h requires, and some slice is in a page. */
 static bool read_segment(uintptr_t base) {
     if (pread(mem_fd, &header, sizeof header, (off_t)base) != (ssize_t)sizeof header) return false;
+    bool any = false;
     for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++) {
         uintptr_t first = (uintptr_t)header.pages[i].first;
         uintptr_t lo = base + offsetof(struct segment, pages);
+        if (first == 0) continue;
         if (first < lo || first >= lo + sizeof header.pages) return false;
+        any = true;
     }
-    return true;
+    return any;
 }
 
 static void find_segments(void) {
@@ -229,7 +233,8 @@ static void sample(void) {
                 bytes += (residency[i * (SLICE_SIZE / OS_PAGE_SIZE) + q] & 1) * (double)OS_PAGE_SIZE;
             const struct page *page = &header.pages[i];
             uintptr_t descriptors = base + offsetof(struct segment, pages);
-            size_t first = ((uintptr_t)page->first - descriptors) / sizeof *page;
+            size_t first =
+                page->first ? ((uintptr_t)page->first - descriptors) / sizeof *page : i;
             enum part part = i == 0                                           ? HEADER
                              : (header.free_slices >> i) & 1                 ? FREE_SLICES
                              : header.pages[first].class_index == LARGE_CLASS ? LARGE_PAGES

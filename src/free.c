@@ -13,11 +13,12 @@ void report_invalid_pointer(const char *message) {
 }
 
 /* The page of a pointer into our segments, after checking it is the start of
- * a block of an in-use page (block_offset_valid says why one test is enough). */
+ * a block of an in-use page (block_offset_valid says why one test is enough;
+ * a slice never part of a page, the header's included, has no descriptor). */
 static inline struct page *page_of_block(void *p, const char *message) {
     struct page *page = page_of(segment_of(p), p);
-    if (CHECKS_ON &&
-        unlikely(!block_offset_valid((uintptr_t)p - page->start, page->block_size_inverse)))
+    if (CHECKS_ON && unlikely(page == NULL || !block_offset_valid((uintptr_t)p - page->start,
+                                                                  page->block_size_inverse)))
         report_invalid_pointer(message);
     return page;
 }

@@ -67,12 +67,12 @@ static struct segment *segment_create(void) {
     else
         segment = os_map_segment();
     if (segment == NULL) return NULL;
-    /* The header reads as zero: only the non-zero fields need setting. */
+    /* The header reads as zero: only the non-zero fields need setting. The
+     * descriptors stay untouched (16 KiB, four OS pages): a slice never part
+     * of a page has first == NULL, which page_of_block rejects. */
     segment->free_slices = ~(uint64_t)1; /* every slice but the header */
     segment->dirty_slices = dirty ? ~(uint64_t)0 : 1;
     if (dirty) retained_add(segment->free_slices, true);
-    for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++)
-        segment->pages[i].first = &segment->pages[i];
     spin_lock(&g_registry_lock);
     segment->all_next = g_registry;
     if (g_registry) g_registry->all_prev = segment;

@@ -45,7 +45,9 @@ struct block {
 
 /* A page: one run of slices. Descriptors live in the segment header, one per
  * slice; only the first slice's descriptor of a page is "the page", and
- * every slice's `first` points to it (a free slice's to itself).
+ * every slice's `first` points to it (a free slice's to itself, or NULL while
+ * the slice has never been part of a page: a fresh segment's descriptors are
+ * left unwritten, so they cost no memory until used).
  * Invariants: used <= capacity <= reserved; blocks [0, capacity) were carved;
  * each carved block is exactly one of: handed out, on `free`, on
  * `thread_free`. area_size == 0 iff the descriptor is not an in-use page.
@@ -56,7 +58,7 @@ struct block {
 struct page {
     /* Line 0: constant while the page is in use. Every free reads it, the
      * remote ones included, so nothing written per block may live here. */
-    struct page *first;          /* every slice: its page's descriptor (itself when free) */
+    struct page *first;          /* every slice: its page's descriptor (itself or NULL when free) */
     uintptr_t start;             /* block 0: first slice + slack, last block ends the page */
     uint64_t block_size_inverse; /* block test (block_offset_valid): 1 large, 0 not in use */
     uint32_t block_size;         /* bytes per block */
@@ -94,7 +96,8 @@ struct page {
 /* The header of a segment, at its start. Protected as stated per field.
  * Invariants: bit 0 of free_slices is never set (the header slice);
  * free_slices & ~dirty_slices are slices known to read as zero; a set bit in
- * free_slices means pages[i].area_size == 0 and pages[i].first == &pages[i]. */
+ * free_slices means pages[i].area_size == 0 and pages[i].first is &pages[i] or
+ * NULL (never used); the header slice's descriptor keeps first == NULL. */
 struct segment {
     /* Line 0, read by every free: written only when ownership changes. */
     _Atomic uint64_t owner_id; /* heap id of the owner; 0 when abandoned */

@@ -123,6 +123,22 @@ static void case_page_slack(void) {
     free(launder((void *)((uintptr_t)p & ~(uintptr_t)0xffff)));
 }
 
+/* tidemalloc's small blocks live in 4 MiB-aligned segments of 64 KiB
+ * slices: the segment's header, and its last slice, which a process with a
+ * few small blocks has never used (its descriptor was never written). */
+#define SEGMENT_BYTES ((uintptr_t)4 << 20)
+static void case_segment_header(void) {
+    char *p = malloc(32);
+    memset(p, 0, 32);
+    free(launder((void *)(((uintptr_t)p & ~(SEGMENT_BYTES - 1)) + 4096)));
+}
+
+static void case_unused_slice(void) {
+    char *p = malloc(32);
+    memset(p, 0, 32);
+    free(launder((void *)(((uintptr_t)p & ~(SEGMENT_BYTES - 1)) + SEGMENT_BYTES - 65536)));
+}
+
 static void case_realloc_freed(void) {
     void *p = malloc(40);
     memset(p, 0, 40);
@@ -220,6 +236,8 @@ static const struct {
     {"free of a pointer into a 64 MiB block", case_middle_huge, 1, "free(): "},
     {"free of the last byte of a 1 MiB block", case_middle_large, 1, "free(): "},
     {"free of a page's slack before its first block", case_page_slack, 1, "free(): "},
+    {"free of a pointer into a segment's header", case_segment_header, 1, "free(): "},
+    {"free of a pointer into a never-used slice", case_unused_slice, 1, "free(): "},
     {"realloc of a freed block", case_realloc_freed, 1, "realloc(): "},
     {"double free with a free in between", case_double_free_between, 1, "free(): "},
     {"double free 20 frees later", case_double_free_20_later, 1, "free(): "},
