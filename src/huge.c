@@ -14,6 +14,8 @@ struct huge_entry {
     uintptr_t base;  /* start of the mapping */
     size_t map_size; /* bytes mapped */
     bool retain;     /* allocated below the mmap threshold: cache it on free */
+    bool hugetlb;    /* on explicit huge pages (os_map_huge_pages): never cached,
+                        and mremap, which wants whole huge pages, is not tried */
 };
 
 struct cached_mapping {
@@ -180,6 +182,12 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
             reused = true;
         }
     }
+    bool hugetlb = false;
+    if (base == 0) {
+        /* huge-page aligned, so any alignment up to a huge page holds */
+        base = (uintptr_t)os_map_huge_pages(map_size, &mapped);
+        hugetlb = base != 0;
+    }
     if (base == 0) {
         base = (uintptr_t)(retain_on_free && map_size >= SEGMENT_SIZE ? os_map_aligned(map_size)
                                                                       : os_map(map_size));
@@ -188,9 +196,11 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
             if (huge_cache_trim(true, 0)) base = (uintptr_t)os_map(map_size);
             if (base == 0) return NULL;
         }
+        os_advise_huge_pages((void *)base, map_size);
     }
     uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    if (!huge_register((struct huge_entry){user, base, mapped, retain_on_free})) return NULL;
+    if (!huge_register((struct huge_entry){user, base, mapped, retain_on_free, hugetlb}))
+        return NULL;
     if (reused && zero_needed) memset((void *)user, 0, size);
     return (void *)user;
 }
@@ -208,7 +218,7 @@ bool huge_free(void *p) {
     /* relaxed: a soft cap; a race lets the cache overshoot by one mapping */
     bool room = atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed) + entry.map_size <=
                 HUGE_CACHE_MAX_BYTES;
-    if (entry.retain && room && !OPTION(aggressive_madvise) &&
+    if (entry.retain && !entry.hugetlb && room && !OPTION(aggressive_madvise) &&
         entry.map_size < OPTION(mmap_threshold)) {
         for (int i = 0; i < CACHE_SLOTS && !cached; i++) {
             if (cache[i].base == 0) {
@@ -257,6 +267,12 @@ void *huge_realloc(void *p, size_t size) {
      * keeps it whole. Other mappings fit their request: they shrink to it. */
     bool keep = map_size == entry.map_size ||
                 (entry.retain && map_size < entry.map_size && map_size >= entry.map_size / 2);
+    /* huge pages: a block that still fits stays, as glibc leaves a mapped
+     * chunk whose mremap failed; a bigger one is copied */
+    if (entry.hugetlb && !keep) {
+        spin_unlock(&g_huge_lock);
+        return map_size < entry.map_size ? p : NULL;
+    }
     if (keep) {
         spin_unlock(&g_huge_lock);
         return p;
@@ -332,6 +348,6 @@ void *huge_alloc_guarded(size_t size, size_t alignment) {
     uintptr_t guard = base + map_size - OS_PAGE_SIZE;
     os_protect_none((void *)guard, OS_PAGE_SIZE);
     uintptr_t user = (guard - body) & ~(uintptr_t)(alignment - 1);
-    if (!huge_register((struct huge_entry){user, base, map_size, false})) return NULL;
+    if (!huge_register((struct huge_entry){user, base, map_size, false, false})) return NULL;
     return (void *)user;
 }

@@ -102,6 +102,9 @@ bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 uint64_t os_thread_run_wait_ns(void) INTERNAL;             /* runnable, not running: 0 if unknown */
 uint64_t os_process_cpu_us(void) INTERNAL;                 /* CPU time of all threads */
 uint64_t os_monotonic_us(void) INTERNAL;
+void os_huge_pages_configure(uint64_t hugetlb) INTERNAL;        /* glibc.malloc.hugetlb */
+void os_advise_huge_pages(void *address, size_t size) INTERNAL; /* hugetlb 1: MADV_HUGEPAGE */
+void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL;  /* hugetlb 2+: NULL if not */
 
 /* ---- size classes ---- */
 extern _Atomic uint8_t g_class_of_small[65] INTERNAL; /* fast path: (size + 15) >> 4 -> class */

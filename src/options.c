@@ -180,8 +180,11 @@ static bool parse_number(const char *s, size_t length, long *out) {
 struct tunable {
     const char *env_name;     /* MALLOC_*_ style variable, or NULL */
     const char *tunable_name; /* glibc.malloc.<name>, or NULL */
-    int param;                /* mallopt parameter it maps to, or 0: accepted, no effect */
+    int param;                /* mallopt parameter it maps to, TUNABLE_HUGETLB, or 0:
+                                 accepted, no effect */
 };
+/* glibc.malloc.hugetlb has no mallopt parameter: it is read at start-up only. */
+#define TUNABLE_HUGETLB (-1000)
 
 static const struct tunable tunables[] = {
     {"MALLOC_TRIM_THRESHOLD_", "trim_threshold", M_TRIM_THRESHOLD},
@@ -196,7 +199,7 @@ static const struct tunable tunables[] = {
     {NULL, "tcache_max", 0},
     {NULL, "tcache_count", 0},
     {NULL, "tcache_unsorted_limit", 0},
-    {NULL, "hugetlb", 0},
+    {NULL, "hugetlb", TUNABLE_HUGETLB},
     {"MALLOC_AGGRESSIVE_MADVISE_", "aggressive_madvise", M_AGGRESSIVE_MADVISE},
     {"TIDEMALLOC_PURGE_DELAY_MS", NULL, M_PURGE_DELAY_MS},
     {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE},
@@ -206,7 +209,11 @@ static const struct tunable tunables[] = {
 
 static void apply(int param, const char *value, size_t length) {
     long number;
-    if (param != 0 && parse_number(value, length, &number)) set_option(param, number);
+    if (param == 0 || !parse_number(value, length, &number)) return;
+    if (param == TUNABLE_HUGETLB)
+        os_huge_pages_configure((uint64_t)number);
+    else
+        set_option(param, number);
 }
 
 static void parse_glibc_tunables(const char *s) {

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
+#include <string.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -147,6 +148,7 @@ void *os_map_segment(void) {
         if (p == (void *)hint) {
             atomic_store_explicit(&next_segment_hint, hint - SEGMENT_SIZE, memory_order_relaxed);
             COUNT(bytes_mapped, SEGMENT_SIZE);
+            os_advise_huge_pages(p, SEGMENT_SIZE);
             return p;
         }
         if (p != MAP_FAILED) { /* an old kernel ignored the flag */
@@ -159,31 +161,113 @@ void *os_map_segment(void) {
     if (aligned == NULL) return NULL;
     atomic_store_explicit(&next_segment_hint, (uintptr_t)aligned - SEGMENT_SIZE,
                           memory_order_relaxed);
+    os_advise_huge_pages(aligned, SEGMENT_SIZE);
     return aligned;
 }
 
-/* Nanoseconds the calling thread has spent runnable but waiting for a CPU
- * (the second field of /proc/thread-self/schedstat), 0 if it cannot be read.
+/* The start of a small file, NUL-terminated; false if it cannot be read.
  * Raw system calls: free() must not change errno or reach a cancellation
- * point. */
-uint64_t os_thread_run_wait_ns(void) {
-    static const char path[] = "/proc/thread-self/schedstat";
+ * point, and nothing here may allocate. */
+static bool read_small_file(const char *path, char *text, size_t size) {
     long fd = raw_syscall6(SYS_openat, AT_FDCWD, (long)path, O_RDONLY | O_CLOEXEC, 0, 0, 0);
-    if (fd < 0) return 0;
-    char text[96];
-    long got = raw_syscall6(SYS_read, fd, (long)text, sizeof text - 1, 0, 0, 0);
+    if (fd < 0) return false;
+    long got = raw_syscall6(SYS_read, fd, (long)text, (long)size - 1, 0, 0, 0);
     raw_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
-    if (got <= 0) return 0;
+    if (got <= 0) return false;
     text[got] = 0;
+    return true;
+}
+
+static uint64_t parse_decimal(const char *c) {
+    uint64_t value = 0;
+    while (*c >= '0' && *c <= '9')
+        value = value * 10 + (uint64_t)(*c++ - '0');
+    return value;
+}
+
+/* Nanoseconds the calling thread has spent runnable but waiting for a CPU
+ * (the second field of /proc/thread-self/schedstat), 0 if it cannot be read. */
+uint64_t os_thread_run_wait_ns(void) {
+    char text[96];
+    if (!read_small_file("/proc/thread-self/schedstat", text, sizeof text)) return 0;
     const char *c = text;
     while (*c >= '0' && *c <= '9')
         c++; /* the thread's CPU time */
     while (*c == ' ')
         c++;
-    uint64_t wait = 0;
-    while (*c >= '0' && *c <= '9')
-        wait = wait * 10 + (uint64_t)(*c++ - '0');
-    return wait;
+    return parse_decimal(c);
+}
+
+/* glibc.malloc.hugetlb, with glibc's meaning, set once at start-up:
+ * 1 asks for transparent huge pages (madvise MADV_HUGEPAGE) on mappings of at
+ * least the THP size, only where the kernel's THP mode is "madvise" (in
+ * "always" they come anyway, in "never" not at all); 2 maps blocks of at
+ * least the default huge page size on explicit huge pages (MAP_HUGETLB), and
+ * a larger value names the huge page size to use, if the kernel has it. */
+static size_t thp_size;       /* 0: no MADV_HUGEPAGE */
+static size_t huge_page_size; /* 0: no MAP_HUGETLB */
+static int huge_page_flags;   /* MAP_HUGETLB and the page size's log2 */
+
+void os_huge_pages_configure(uint64_t hugetlb) {
+    char text[4096];
+    if (hugetlb == 1) {
+        if (read_small_file("/sys/kernel/mm/transparent_hugepage/enabled", text, sizeof text) &&
+            strstr(text, "[madvise]") &&
+            read_small_file("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", text,
+                            sizeof text))
+            thp_size = (size_t)parse_decimal(text);
+        return;
+    }
+    if (hugetlb < 2) return;
+    uint64_t size = 0;
+    if (hugetlb == 2) {
+        const char *line = read_small_file("/proc/meminfo", text, sizeof text)
+                               ? strstr(text, "Hugepagesize:")
+                               : NULL;
+        if (line == NULL) return;
+        line += sizeof "Hugepagesize:" - 1;
+        while (*line == ' ')
+            line++;
+        size = parse_decimal(line) << 10;
+    } else {
+        /* a size the kernel offers has its directory of counters */
+        char path[96] = "/sys/kernel/mm/hugepages/hugepages-";
+        char digits[24];
+        size_t n = 0, length = strlen(path);
+        for (uint64_t kib = hugetlb >> 10; kib; kib /= 10)
+            digits[n++] = (char)('0' + kib % 10);
+        while (n)
+            path[length++] = digits[--n];
+        memcpy(path + length, "kB/nr_hugepages", sizeof "kB/nr_hugepages");
+        if ((hugetlb & 1023) != 0 || !read_small_file(path, text, sizeof text)) return;
+        size = hugetlb;
+    }
+    if (size < OS_PAGE_SIZE || (size & (size - 1)) != 0) return;
+    huge_page_size = (size_t)size;
+    huge_page_flags = MAP_HUGETLB | (__builtin_ctzll(size) << MAP_HUGE_SHIFT);
+}
+
+/* hugetlb 1: a fresh mapping of at least the THP size asks for huge pages. */
+void os_advise_huge_pages(void *address, size_t size) {
+    if (thp_size == 0 || size < thp_size) return;
+    COUNT(madvise_calls, 1);
+    raw_syscall6(SYS_madvise, (long)address, (long)size, MADV_HUGEPAGE, 0, 0, 0);
+}
+
+/* hugetlb 2 or more: `size` rounded up to whole huge pages, mapped on them if
+ * it is at least one huge page and the kernel has them free; NULL otherwise
+ * (the caller maps normal pages instead). */
+void *os_map_huge_pages(size_t size, size_t *mapped) {
+    if (huge_page_size == 0 || size < huge_page_size) return NULL;
+    size_t rounded = (size + huge_page_size - 1) & ~(huge_page_size - 1);
+    if (rounded < size) return NULL;
+    COUNT(mmap_calls, 1);
+    long r = raw_syscall6(SYS_mmap, 0, (long)rounded, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | huge_page_flags, -1, 0);
+    if (r < 0 && r > -4096) return NULL;
+    COUNT(bytes_mapped, rounded);
+    *mapped = rounded;
+    return (void *)r;
 }
 
 /* CPU time of the whole process and the monotonic clock, in microseconds

@@ -162,6 +162,13 @@ run tunables-mallopt-tiny-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables tiny
 run tunables-dynamic-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables dynamic
 run tunables-fixed-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables fixed
 run tunables-aggressive-env-normal-program MALLOC_AGGRESSIVE_MADVISE_=1 -- rel_setuid on
+# glibc.malloc.hugetlb: 1 transparent huge pages (madvise), 2 or a page size
+# explicit huge pages where the kernel has them free, anything else nothing.
+run tunables-hugetlb-off TIDEMALLOC_UNUSED=1 -- rel_hugetlb off
+run tunables-hugetlb-thp GLIBC_TUNABLES=glibc.malloc.hugetlb=1 -- rel_hugetlb thp
+run tunables-hugetlb-explicit GLIBC_TUNABLES=glibc.malloc.hugetlb=2 -- rel_hugetlb explicit
+run tunables-hugetlb-explicit-size GLIBC_TUNABLES=glibc.malloc.hugetlb=2097152 -- rel_hugetlb explicit
+run tunables-hugetlb-no-such-size GLIBC_TUNABLES=glibc.malloc.hugetlb=4194304 -- rel_hugetlb ignored
 setuid_check() {
   local name=tunables-setuid-ignores-env
   wanted "$name" || return 0
