@@ -3,17 +3,10 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
 
 _Atomic int g_initialized; /* 0: not yet, 1: in progress, 2: done */
-
-uint32_t clock_ms(void) {
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-    return (uint32_t)((uint64_t)now.tv_sec * 1000u + (uint64_t)now.tv_nsec / 1000000u);
-}
 
 void allocator_init(void) {
     /* acquire: a thread that sees 2 sees the options set before. */
@@ -21,6 +14,7 @@ void allocator_init(void) {
     int expected = 0;
     if (atomic_compare_exchange_strong_explicit(&g_initialized, &expected, 1, memory_order_acquire,
                                                 memory_order_acquire)) {
+        os_clock_init();
         options_init_from_environment();
         atomic_store_explicit(&g_initialized, 2, memory_order_release);
         return;

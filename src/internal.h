@@ -69,7 +69,6 @@ static inline uintptr_t free_key_of(const struct page *page) {
 }
 extern _Atomic int g_initialized INTERNAL;
 void allocator_init(void) INTERNAL; /* idempotent, thread-safe */
-uint32_t clock_ms(void) INTERNAL;   /* monotonic milliseconds */
 
 /* ---- format.c ---- */
 NORETURN void fatal_error(const char *message) INTERNAL; /* "message" + abort */
@@ -102,7 +101,9 @@ bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 uint64_t os_thread_run_wait_ns(void) INTERNAL;             /* runnable, not running: 0 if unknown */
 uint64_t os_process_cpu_us(void) INTERNAL;                 /* CPU time of all threads */
 uint64_t os_monotonic_us(void) INTERNAL;
-void os_huge_pages_configure(uint64_t hugetlb) INTERNAL;        /* glibc.malloc.hugetlb */
+void os_clock_init(void) INTERNAL;                       /* finds the vDSO's clock_gettime */
+uint32_t clock_ms(void) INTERNAL;                        /* monotonic milliseconds (coarse clock) */
+void os_huge_pages_configure(uint64_t hugetlb) INTERNAL; /* glibc.malloc.hugetlb */
 void os_advise_huge_pages(void *address, size_t size) INTERNAL; /* hugetlb 1: MADV_HUGEPAGE */
 void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL;  /* hugetlb 2+: NULL if not */
 
