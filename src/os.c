@@ -233,6 +233,7 @@ void os_huge_pages_configure(uint64_t hugetlb) {
         size = parse_decimal(line) << 10;
     } else {
         /* a size the kernel offers has its directory of counters */
+        if ((hugetlb & 1023) != 0) return;
         char path[96] = "/sys/kernel/mm/hugepages/hugepages-";
         char digits[24];
         size_t n = 0, length = strlen(path);
@@ -241,7 +242,7 @@ void os_huge_pages_configure(uint64_t hugetlb) {
         while (n)
             path[length++] = digits[--n];
         memcpy(path + length, "kB/nr_hugepages", sizeof "kB/nr_hugepages");
-        if ((hugetlb & 1023) != 0 || !read_small_file(path, text, sizeof text)) return;
+        if (!read_small_file(path, text, sizeof text)) return;
         size = hugetlb;
     }
     if (size < OS_PAGE_SIZE || (size & (size - 1)) != 0) return;
@@ -278,7 +279,7 @@ void *os_map_huge_pages(size_t size, size_t *mapped) {
  * and a system call takes ten times as long (threadchurn reads the clock
  * 118,000 times). It touches no TLS and leaves errno alone, so the purger
  * and free may call it. NULL (no vDSO, under valgrind): the system call. */
-typedef long (*vdso_clock_gettime_fn)(long clock, struct timespec *t);
+typedef int (*vdso_clock_gettime_fn)(clockid_t clock, struct timespec *t);
 static vdso_clock_gettime_fn vdso_clock_gettime;
 
 /* A function of the vDSO by name: its symbol table through DT_HASH, which
