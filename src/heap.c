@@ -101,6 +101,9 @@ static struct heap *heap_struct_alloc(void) {
         heap = (struct heap *)heap_pool;
         heap_pool += size;
     }
+    /* cleared under the lock: a purger reads a recycled heap's idle mark
+     * through a segment it owned (purge.c, reclaim_idle_owners) */
+    memset(heap, 0, sizeof *heap);
     spin_unlock(&g_heaps_lock);
     return heap;
 }
@@ -109,7 +112,6 @@ static struct heap *heap_struct_alloc(void) {
 static struct heap *heap_create(uint64_t id) {
     struct heap *heap = heap_struct_alloc();
     if (heap == NULL) return NULL;
-    memset(heap, 0, sizeof *heap);
     for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++)
         heap->pages_direct[i] = &g_empty_page;
     heap->id = id;
@@ -551,6 +553,8 @@ void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
         heap = heap_for_thread();
         if (heap == NULL) goto out_of_memory;
     }
+    /* relaxed: a purger only compares it with the value it saw before */
+    __atomic_store_n(&heap->slow_paths, heap->slow_paths + 1, __ATOMIC_RELAXED);
     if (--heap->collect_countdown == 0) {
         /* as many slow paths apart as it looks at pages: a large heap pays
          * for its walks no more than a small one (redis, 35 MB of values) */

@@ -131,7 +131,8 @@ static void segment_move_to_full(struct heap *heap, struct segment *segment) {
 }
 
 static void segment_take_ownership(struct heap *heap, struct segment *segment) {
-    segment->heap = heap;
+    /* relaxed store: a purger reads it without the owner's order (purge.c) */
+    __atomic_store_n(&segment->heap, heap, __ATOMIC_RELAXED);
     /* relaxed: other threads only compare it with their own id; a stale value
      * sends them down the remote-free path, which is always correct. */
     uint64_t owner = heap->id | (OPTION(free_slow) ? OWNER_CHECKED_BIT : 0);
@@ -407,7 +408,7 @@ void segment_release_empty(struct heap *heap, struct segment *segment) {
         list_remove(&heap->segments_full, segment);
     else
         list_remove(&heap->segments_avail, segment);
-    segment->heap = NULL;
+    __atomic_store_n(&segment->heap, NULL, __ATOMIC_RELAXED); /* read by purgers */
     /* relaxed: see segment_take_ownership. */
     atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
     bool keep = !OPTION(aggressive_madvise);
@@ -614,7 +615,7 @@ segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms
  * remotely. A fork child leaves its vanished threads' segments so
  * (heap_atfork_child); segment_abandon then puts one up for adoption. */
 void segment_orphan(struct segment *segment) {
-    segment->heap = NULL;
+    __atomic_store_n(&segment->heap, NULL, __ATOMIC_RELAXED); /* read by purgers */
     /* relaxed: see segment_take_ownership; in a fork child nothing races, and
      * for an abandoned segment the list lock publishes the rest. */
     atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);

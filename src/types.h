@@ -132,8 +132,11 @@ struct heap {
     uint64_t large_allocs;          /* statistics: large pages handed out */
     uint64_t pages_allocated[SMALL_CLASS_COUNT]; /* statistics: class pages set up */
     uint32_t collect_countdown;                  /* slow-path calls until the next full collect */
-    struct spin_lock cache_lock;                 /* guards the page cache (owner, purgers) */
-    uint32_t page_cache_count;                   /* cache lock: entries in page_cache */
+    uint32_t slow_paths;      /* owner (relaxed stores): malloc slow paths taken, read by purgers */
+    uint32_t slow_paths_seen; /* purge lock: slow_paths at the previous idle-owner pass */
+    uint8_t owner_idle;       /* purge lock: no slow path between the last two such passes */
+    struct spin_lock cache_lock; /* guards the page cache (owner, purgers) */
+    uint32_t page_cache_count;   /* cache lock: entries in page_cache */
     struct cached_page {
         struct page *page; /* an empty page, still owned by this heap */
         uint32_t freed_ms; /* when it became empty (purge delay) */

@@ -27,7 +27,15 @@
  *                               same again from its reclaimed pages (contents
  *                               checked); before that, a second free of an old
  *                               block, in a child process, aborts with a
- *                               message. */
+ *                               message.
+ *   rel_remote_reclaim prompt   3 MiB only (under the retain bound's floor),
+ *                               with TIDEMALLOC_BACKGROUND_PURGE=0; owner
+ *                               asleep; 60 ms after the frees the main thread
+ *                               frees a block of its own whose page empties,
+ *                               twice 15 ms apart: an owner that took no
+ *                               malloc slow path between two passes is idle,
+ *                               and its filled pages go back then, not after
+ *                               the 1 s delay (RSS within 1 MiB of the start). */
 #include <malloc.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -41,6 +49,9 @@
 #define SLACK_IDLE ((size_t)5 << 20)
 #define SLACK_TRIM ((size_t)2 << 20)
 
+#define TARGET_PROMPT ((size_t)3 << 20)
+
+static size_t target = TARGET;
 static void *blocks[MAX_BLOCKS];
 static size_t sizes[MAX_BLOCKS];
 static size_t nblocks;
@@ -71,7 +82,7 @@ static void wait_stage(int s) {
 static void allocate_all(unsigned char fill) {
     uint64_t seed = 7;
     size_t total = 0, n = 0;
-    while (total < TARGET && n < MAX_BLOCKS) {
+    while (total < target && n < MAX_BLOCKS) {
         size_t size = 16 + (size_t)(rel_rand(&seed) % 985);
         unsigned char *p = malloc(size);
         if (p == NULL) REL_FAIL("malloc(%zu) failed", size);
@@ -124,11 +135,12 @@ int main(int argc, char **argv) {
     const char *mode = argc == 2 ? argv[1] : "";
     int idle = strcmp(mode, "idle") == 0, exited = strcmp(mode, "exited") == 0;
     int retain = strcmp(mode, "retain") == 0, trim = strcmp(mode, "trim") == 0;
-    int bound = strcmp(mode, "bound") == 0;
-    if (!idle && !exited && !retain && !trim && !bound) {
-        fprintf(stderr, "usage: rel_remote_reclaim idle|exited|retain|trim|bound\n");
+    int bound = strcmp(mode, "bound") == 0, prompt = strcmp(mode, "prompt") == 0;
+    if (!idle && !exited && !retain && !trim && !bound && !prompt) {
+        fprintf(stderr, "usage: rel_remote_reclaim idle|exited|retain|trim|bound|prompt\n");
         return 2;
     }
+    if (prompt) target = TARGET_PROMPT;
     memset(blocks, 0, sizeof blocks); /* resident before the baseline */
     memset(sizes, 0, sizeof sizes);
     exit_early = exited;
@@ -145,7 +157,17 @@ int main(int argc, char **argv) {
     size_t rss = rss_freed;
     int ms = 0, fell_at = -1, trimmed = -1;
     size_t rss_waited = 0;
-    if (bound) {
+    if (prompt) {
+        nap_ms(60);
+        rss_waited = rel_rss();
+        for (int i = 0; i < 2; i++) {
+            if (i) nap_ms(15);
+            void *own = malloc((size_t)100 << 10); /* a large page: freeing it empties it */
+            if (own == NULL) REL_FAIL("malloc(100 KiB) failed");
+            free(own);
+        }
+        rss = rel_rss();
+    } else if (bound) {
         nap_ms(150);
         rss_waited = rel_rss();
         void *own = malloc((size_t)100 << 10); /* a large page: freeing it empties it */
@@ -181,8 +203,18 @@ int main(int argc, char **argv) {
                 mode, nblocks, rel_mib(rss0), rel_dmib(rss_peak, rss0), rel_dmib(rss_freed, rss0),
                 rel_dmib(rss, rss0), fell_at, trimmed, rel_mib(s1.bytes_retained),
                 (unsigned long long)(s2.madvise_calls - s1.madvise_calls),
-                bound ? rel_dmib(rss_waited, rss0) : 0.0);
+                bound || prompt ? rel_dmib(rss_waited, rss0) : 0.0);
     (void)s0;
+    if (prompt) {
+        REL_CHECK(rss_waited >= rss0 + (size_t)2 * 1024 * 1024,
+                  "RSS fell before the trigger (%+.2f MiB): nothing left to test",
+                  rel_dmib(rss_waited, rss0));
+        REL_CHECK(rss <= rss0 + ((size_t)1 << 20),
+                  "RSS still %+.2f MiB above the start after two slow paths 60-75 ms after the "
+                  "frees (the idle owner's filled pages should have gone back)",
+                  rel_dmib(rss, rss0));
+        return 0;
+    }
     REL_CHECK(rss_peak >= rss0 + (size_t)28 * 1024 * 1024,
               "the workload did not become resident (peak +%.2f MiB)", rel_dmib(rss_peak, rss0));
     REL_CHECK(rss_freed >= rss0 + (size_t)24 * 1024 * 1024,
