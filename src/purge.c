@@ -228,7 +228,7 @@ static _Atomic uint32_t last_pressure_pass_ms;
  * not the purge delay, when their owner has taken no malloc slow path since
  * the previous such pass: an owner blocked or busy elsewhere (larson's main
  * thread waits in pthread_join while the workers free its 4 MiB) is not
- * about to collect them (larson: peak RSS 12.8-13.0 -> 11.6-11.7 MiB). An
+ * about to collect them (larson: peak RSS 12.8-13.0 -> 11.4-11.7 MiB). An
  * owner still allocating keeps them for the delay: it collects them when its
  * pages run dry. Purge lock held. */
 #define IDLE_OWNER_INTERVAL_MS 10
