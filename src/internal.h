@@ -101,6 +101,7 @@ bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 uint64_t os_thread_run_wait_ns(void) INTERNAL;             /* runnable, not running: 0 if unknown */
 uint64_t os_process_cpu_us(void) INTERNAL;                 /* CPU time of all threads */
 uint64_t os_monotonic_us(void) INTERNAL;
+uint64_t os_read_number_after(const char *path, const char *key) INTERNAL; /* 0: none */
 void os_clock_init(void) INTERNAL;                       /* finds the vDSO's clock_gettime */
 uint32_t clock_ms(void) INTERNAL;                        /* monotonic milliseconds (coarse clock) */
 void os_huge_pages_configure(uint64_t hugetlb) INTERNAL; /* glibc.malloc.hugetlb */

@@ -187,6 +187,20 @@ static uint64_t parse_decimal(const char *c) {
     return value;
 }
 
+/* The first decimal number after `key` in a small file (/proc, /sys), 0 if
+ * there is none: "Hugepagesize:" in /proc/meminfo, "VmHWM:" in
+ * /proc/self/status ("" for a file that holds only the number). */
+uint64_t os_read_number_after(const char *path, const char *key) {
+    char text[4096];
+    if (!read_small_file(path, text, sizeof text)) return 0;
+    const char *at = strstr(text, key);
+    if (at == NULL) return 0;
+    at += strlen(key);
+    while (*at == ' ' || *at == '\t')
+        at++;
+    return parse_decimal(at);
+}
+
 /* Nanoseconds the calling thread has spent runnable but waiting for a CPU
  * (the second field of /proc/thread-self/schedstat), 0 if it cannot be read. */
 uint64_t os_thread_run_wait_ns(void) {
@@ -211,26 +225,18 @@ static size_t huge_page_size; /* 0: no MAP_HUGETLB */
 static int huge_page_flags;   /* MAP_HUGETLB and the page size's log2 */
 
 void os_huge_pages_configure(uint64_t hugetlb) {
-    char text[4096];
+    char text[256];
     if (hugetlb == 1) {
         if (read_small_file("/sys/kernel/mm/transparent_hugepage/enabled", text, sizeof text) &&
-            strstr(text, "[madvise]") &&
-            read_small_file("/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", text,
-                            sizeof text))
-            thp_size = (size_t)parse_decimal(text);
+            strstr(text, "[madvise]"))
+            thp_size = (size_t)os_read_number_after(
+                "/sys/kernel/mm/transparent_hugepage/hpage_pmd_size", "");
         return;
     }
     if (hugetlb < 2) return;
     uint64_t size = 0;
     if (hugetlb == 2) {
-        const char *line = read_small_file("/proc/meminfo", text, sizeof text)
-                               ? strstr(text, "Hugepagesize:")
-                               : NULL;
-        if (line == NULL) return;
-        line += sizeof "Hugepagesize:" - 1;
-        while (*line == ' ')
-            line++;
-        size = parse_decimal(line) << 10;
+        size = os_read_number_after("/proc/meminfo", "Hugepagesize:") << 10;
     } else {
         /* a size the kernel offers has its directory of counters */
         if ((hugetlb & 1023) != 0) return;

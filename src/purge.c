@@ -238,23 +238,23 @@ static void reclaim_idle_owners(uint32_t now) {
     /* the heaps lock throughout: no heap structure is recycled (and cleared)
      * while a segment's stale owner pointer leads to it */
     spin_lock(&g_heaps_lock);
-    for (struct heap *heap = g_heaps; heap; heap = heap->next_heap) {
-        /* relaxed: any value the owner stored; a change means activity */
-        uint32_t n = __atomic_load_n(&heap->slow_paths, __ATOMIC_RELAXED);
-        heap->owner_idle = n == heap->slow_paths_seen;
-        heap->slow_paths_seen = n;
-    }
     size_t released = 0;
     spin_lock(&g_registry_lock);
     for (struct segment *s = g_registry; s; s = s->all_next) {
-        /* relaxed: a stale owner only moves one segment's pages to the next
-         * pass or to the delay; the reclaim itself is decided by its CAS.
-         * Heap structures are never unmapped. No owner: abandoned, idle. */
+        /* relaxed, both: a stale owner or count only moves one segment's
+         * pages to the next pass or to the delay; the reclaim itself is
+         * decided by its CAS. Heap structures are never unmapped. No owner:
+         * abandoned, idle. An owner is idle if its count has not moved since
+         * the previous pass. */
         struct heap *owner = __atomic_load_n(&s->heap, __ATOMIC_RELAXED);
-        if (owner != NULL && !owner->owner_idle) continue;
+        if (owner != NULL &&
+            __atomic_load_n(&owner->slow_paths, __ATOMIC_RELAXED) != owner->slow_paths_seen)
+            continue;
         released += segment_reclaim_pages(s, now, IDLE_OWNER_MS);
     }
     spin_unlock(&g_registry_lock);
+    for (struct heap *heap = g_heaps; heap; heap = heap->next_heap)
+        heap->slow_paths_seen = __atomic_load_n(&heap->slow_paths, __ATOMIC_RELAXED);
     spin_unlock(&g_heaps_lock);
     /* relaxed: statistic */
     if (released) atomic_fetch_add_explicit(&g_os.purge_runs, 1, memory_order_relaxed);

@@ -233,27 +233,7 @@ void stats_print_at_exit(void) {
     struct out_buffer out = {.fd = g_stats_fd, .length = 0};
     struct tidemalloc_stats s;
     tidemalloc_stats(&s);
-    uint64_t peak_kib = 0;
-    {
-        /* VmHWM from /proc/self/status, read into a stack buffer */
-        extern int open(const char *, int, ...);
-        extern long read(int, void *, unsigned long);
-        extern int close(int);
-        char buffer[4096];
-        int fd = open("/proc/self/status", 0);
-        if (fd >= 0) {
-            long n = read(fd, buffer, sizeof buffer - 1);
-            close(fd);
-            if (n > 0) {
-                buffer[n] = '\0';
-                char *line = strstr(buffer, "VmHWM:");
-                if (line)
-                    for (line += 6; *line && *line != '\n'; line++)
-                        if (*line >= '0' && *line <= '9')
-                            peak_kib = peak_kib * 10 + (uint64_t)(*line - '0');
-            }
-        }
-    }
+    uint64_t peak_kib = os_read_number_after("/proc/self/status", "VmHWM:");
     struct usage u;
     usage_total(&u, 0, true);
     out_string(&out, "tidemalloc: peak RSS ");

@@ -134,7 +134,6 @@ struct heap {
     uint32_t collect_countdown;                  /* slow-path calls until the next full collect */
     uint32_t slow_paths;      /* owner (relaxed stores): malloc slow paths taken, read by purgers */
     uint32_t slow_paths_seen; /* purge lock: slow_paths at the previous idle-owner pass */
-    uint8_t owner_idle;       /* purge lock: no slow path between the last two such passes */
     struct spin_lock cache_lock; /* guards the page cache (owner, purgers) */
     uint32_t page_cache_count;   /* cache lock: entries in page_cache */
     struct cached_page {

@@ -37,8 +37,8 @@ fi
 # is a choice to make, with a figure.
 allowed="_IO_list_lock _IO_list_unlock _ITM_deregisterTMCloneTable _ITM_registerTMCloneTable
 __cxa_finalize __environ __errno_location __gmon_start__ __libc_single_threaded __register_atfork
-abort clone close environ fcntl fflush fputs fwrite getauxval memcmp memcpy memset open
-pthread_key_create pthread_setcancelstate pthread_setspecific pthread_sigmask read sched_yield
+abort clone environ fcntl fflush fputs fwrite getauxval memcmp memcpy memset
+pthread_key_create pthread_setcancelstate pthread_setspecific pthread_sigmask sched_yield
 sigfillset snprintf stderr strcmp strlen strncmp strstr write"
 extra=$(nm -D --undefined-only "$so" | awk '{print $2}' | sed 's/@.*//' | sort -u |
   grep -v -x -F -f <(echo $allowed | tr ' ' '\n') | tr '\n' ' ')
