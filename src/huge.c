@@ -192,8 +192,12 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         base = (uintptr_t)(retain_on_free && map_size >= SEGMENT_SIZE ? os_map_aligned(map_size)
                                                                       : os_map(map_size));
         if (base == 0) {
-            /* Memory is short: give cached mappings back and try once more. */
-            if (huge_cache_trim(true, 0)) base = (uintptr_t)os_map(map_size);
+            /* Memory is short (RLIMIT_AS, overcommit): give cached mappings
+             * and cached empty segments (up to 64 MiB of address space) back
+             * and try once more. */
+            bool freed = huge_cache_trim(true, 0);
+            freed |= segment_cache_trim(true, 0);
+            if (freed) base = (uintptr_t)os_map(map_size);
             if (base == 0) return NULL;
         }
         os_advise_huge_pages((void *)base, map_size);

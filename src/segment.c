@@ -66,6 +66,8 @@ static struct segment *segment_create(void) {
         memset(segment, 0, sizeof *segment);
     else
         segment = os_map_segment();
+    /* memory is short: cached huge mappings hold address space too */
+    if (segment == NULL && huge_cache_trim(true, 0)) segment = os_map_segment();
     if (segment == NULL) return NULL;
     /* The header reads as zero: only the non-zero fields need setting. The
      * descriptors stay untouched (16 KiB, four OS pages): a slice never part
