@@ -37,5 +37,5 @@ bench-gs: lib bench-build
 	$(BENCH_PY) bench/run.py gs $(BENCH_ARGS)
 
 # rss_parts.so: where resident memory sits, by part (a diagnostic; see its header)
-$(BENCH_DIR)/rss_parts.so: bench/rss_parts.c src/types.h src/lock.h | $(BENCH_DIR)
-	$(CC) $(BENCH_CFLAGS) -fPIC -shared $< -o $@ -ldl
+$(BENCH_DIR)/rss_parts.so: bench/rss_parts.c src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)
+	$(CC) $(BENCH_CFLAGS) -fPIC -shared -Iinclude -Isrc bench/rss_parts.c src/size_class.c -o $@ -ldl

@@ -12,7 +12,9 @@
  * tracked through the calls it forwards). At exit it prints on stderr the
  * averages and the sample with the highest RssAnon, with the bytes of the
  * blocks in class and large pages (a class page counts blocks other threads
- * freed that its owner has not collected yet as in use). "Program's own" is
+ * freed that its owner has not collected yet as in use), and the class pages
+ * of that sample by size class: resident, in blocks, and how much of that
+ * other threads freed and the owner has not collected. "Program's own" is
  * anonymous memory that is none of these (stacks,
  * static data, the program's own mappings, cached huge mappings). Headers are
  * read with pread on /proc/self/mem, so a segment unmapped meanwhile reads as
@@ -155,6 +157,9 @@ static const char *const part_names[PART_COUNT] = {"segment headers", "class pag
  * sample with the highest RssAnon. */
 struct parts {
     double resident[PART_COUNT], in_use[PART_COUNT], direct, anon, file;
+    double class_resident[LARGE_CLASS], class_in_use[LARGE_CLASS]; /* class pages by class */
+    double class_pending[LARGE_CLASS]; /* of class_in_use: freed by other threads, not collected */
+    unsigned class_pages[LARGE_CLASS]; /* pages in use by class */
 };
 static struct parts sum, at_peak;
 static double samples;
@@ -214,9 +219,14 @@ static void find_segments(void) {
 static double resident_bytes(uintptr_t from, size_t length) {
     uintptr_t start = from & ~(uintptr_t)(OS_PAGE_SIZE - 1);
     size_t pages = (from + length - start + OS_PAGE_SIZE - 1) / OS_PAGE_SIZE;
-    if (pages > sizeof residency || mincore((void *)start, pages * OS_PAGE_SIZE, residency)) return 0;
     double bytes = 0;
-    for (size_t i = 0; i < pages; i++) bytes += (residency[i] & 1) * (double)OS_PAGE_SIZE;
+    while (pages > 0) { /* a block may be larger than the residency buffer */
+        size_t chunk = pages < sizeof residency ? pages : sizeof residency;
+        if (mincore((void *)start, chunk * OS_PAGE_SIZE, residency)) return bytes;
+        for (size_t i = 0; i < chunk; i++) bytes += (residency[i] & 1) * (double)OS_PAGE_SIZE;
+        start += chunk * OS_PAGE_SIZE;
+        pages -= chunk;
+    }
     return bytes;
 }
 
@@ -225,7 +235,10 @@ static void sample(void) {
     find_segments();
     for (int k = 0; k < segment_count; k++) {
         uintptr_t base = segments[k];
-        if (!read_segment(base)) continue;
+        if (!read_segment(base)) {
+            segments[k] = 0; /* a big block's mapping, not a segment */
+            continue;
+        }
         if (mincore((void *)base, SEGMENT_SIZE, residency)) continue;
         for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++) {
             double bytes = 0;
@@ -240,9 +253,20 @@ static void sample(void) {
                              : header.pages[first].class_index == LARGE_CLASS ? LARGE_PAGES
                                                                               : CLASS_PAGES;
             now.resident[part] += bytes;
-            if (first == i && page->area_size != 0 && part != FREE_SLICES)
+            unsigned class_index = header.pages[first].class_index;
+            if (part == CLASS_PAGES && class_index < LARGE_CLASS)
+                now.class_resident[class_index] += bytes;
+            if (first == i && page->area_size != 0 && part != FREE_SLICES) {
                 now.in_use[part] += part == LARGE_PAGES ? page->block_size
                                                     : (double)page->used * page->block_size;
+                if (part == CLASS_PAGES && class_index < LARGE_CLASS) {
+                    now.class_in_use[class_index] += (double)page->used * page->block_size;
+                    uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+                    if (word != 1) /* 1: THREAD_FREE_RECLAIMED */
+                        now.class_pending[class_index] += (double)(word >> 48) * page->block_size;
+                    now.class_pages[class_index]++;
+                }
+            }
         }
     }
     pthread_mutex_lock(&track_lock);
@@ -282,6 +306,9 @@ static void *sampler(void *arg) {
     return NULL;
 }
 
+/* block size of each class: size_class.c is built into this library too */
+extern const uint32_t g_class_size[SMALL_CLASS_COUNT];
+
 static void report_line(const char *name, double average, double peak) {
     fprintf(stderr, "  %-22s %9.2f %9.2f\n", name, average / samples / 1048576.0,
             peak / 1048576.0);
@@ -305,6 +332,13 @@ __attribute__((destructor)) static void report(void) {
                 at_peak.anon - segments_peak - at_peak.direct);
     report_line("RssAnon", sum.anon, at_peak.anon);
     report_line("RssFile", sum.file, at_peak.file);
+    fprintf(stderr, "  class pages at peak, by block size: pages, KiB resident / in blocks"
+                    " (of which freed by other threads, not yet collected)\n");
+    for (int c = 0; c < LARGE_CLASS; c++)
+        if (at_peak.class_pages[c] != 0)
+            fprintf(stderr, "    %6u B: %4u pages %8.0f / %8.0f (%.0f)\n", g_class_size[c],
+                    at_peak.class_pages[c], at_peak.class_resident[c] / 1024,
+                    at_peak.class_in_use[c] / 1024, at_peak.class_pending[c] / 1024);
 }
 
 __attribute__((constructor)) static void start(void) {
