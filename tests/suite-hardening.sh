@@ -12,12 +12,13 @@
 #               within 1-3 forks)
 #   tsan-*      multithreaded test of the prefixed library under ThreadSanitizer
 #   ubsan-*     the same under UBSan
+#   asan-*      the same under AddressSanitizer
 # The oom and soak programs run with $TIDEMALLOC_LIB in LD_PRELOAD; the others
 # link the library's objects. Longer runs: make fuzz, make soak, make sanitize.
 #   HARDENING_FUZZ_RUNS  libFuzzer -runs (default 15000)
 #   HARDENING_SOAK_TIME  soak seconds (default 30)
 #   HARDENING_STORM_TIME fork-storm seconds (default 20)
-#   HARDENING_SAN_OPS    operations per thread in tsan/ubsan tests (default 20000)
+#   HARDENING_SAN_OPS    operations per thread in the sanitizer tests (default 20000)
 # Prints PASS/FAIL/SKIP lines; always exits 0.
 set -u
 root=${TIDEMALLOC_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -61,7 +62,8 @@ fi
 # ---- programs linking the prefixed library (clang) ----
 clang_bin=${HARD_CLANG:-clang}
 if ! command -v "$clang_bin" >/dev/null 2>&1; then
-  for t in fuzz fuzz-secure fuzz-aggressive tsan-core tsan-stats ubsan-core ubsan-stats; do
+  for t in fuzz fuzz-secure fuzz-aggressive tsan-core tsan-stats ubsan-core ubsan-stats \
+    asan-core asan-stats; do
     echo "SKIP $t clang not installed"
   done
   exit 0
@@ -105,5 +107,8 @@ done
 for mode in core stats; do
   run "ubsan-$mode" 300 env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$bdir/mt_ubsan" "$mode" "$san_ops"
+done
+for mode in core stats; do
+  run "asan-$mode" 300 "$bdir/mt_asan" "$mode" "$san_ops"
 done
 exit 0

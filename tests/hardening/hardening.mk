@@ -3,7 +3,8 @@
 #   make hardening   build every program below (tests/suite-hardening.sh runs them)
 #   make fuzz        libFuzzer run of the prefixed library (FUZZ_TIME s, default 300)
 #   make soak        the stress program with the library preloaded (SOAK_TIME s, default 600)
-#   make sanitize    the multithreaded test under ThreadSanitizer and UBSan
+#   make sanitize    the multithreaded test under ThreadSanitizer, UBSan and
+#                    AddressSanitizer
 #   make stress      the UBSan one STRESS_RUNS times beside two CPU hogs (default 80,
 #                    about 6 minutes): stops at the first failure
 # The OOM and soak programs use $(CC) and run with $(LIB_SO) in LD_PRELOAD. The
@@ -19,19 +20,20 @@ HARD_PFX_CFLAGS := -std=c11 -g -Wall -Wextra -Werror -fno-builtin -fno-omit-fram
                    -ftls-model=initial-exec -DTIDEMALLOC_PREFIX -Iinclude -Isrc
 HARD_SAN_TSAN   := -fsanitize=thread -O1
 HARD_SAN_UBSAN  := -fsanitize=undefined -fno-sanitize-recover=all -O1
+HARD_SAN_ASAN   := -fsanitize=address -fno-sanitize-recover=all -O1
 HARD_SAN_FUZZ   := -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all -O1
 HARD_SRCS       := $(wildcard src/*.c)
 HARD_DEPS       := $(wildcard src/*.h) include/tidemalloc.h tests/hardening/tm_api.h
 
 HARD_BINS := $(HARD_DIR)/oom $(HARD_DIR)/soak
-HARD_SAN_BINS := $(HARD_DIR)/mt_tsan $(HARD_DIR)/mt_ubsan $(HARD_DIR)/fuzz_alloc
+HARD_SAN_BINS := $(HARD_DIR)/mt_tsan $(HARD_DIR)/mt_ubsan $(HARD_DIR)/mt_asan $(HARD_DIR)/fuzz_alloc
 
 .PHONY: hardening hardening-native hardening-clang fuzz soak sanitize stress
 hardening: hardening-native hardening-clang
 hardening-native: $(HARD_BINS)
 hardening-clang: $(HARD_SAN_BINS)
 
-$(HARD_DIR) $(HARD_DIR)/obj-tsan $(HARD_DIR)/obj-ubsan $(HARD_DIR)/obj-fuzz \
+$(HARD_DIR) $(HARD_DIR)/obj-tsan $(HARD_DIR)/obj-ubsan $(HARD_DIR)/obj-asan $(HARD_DIR)/obj-fuzz \
 $(HARD_DIR)/fuzz-corpus $(HARD_DIR)/fuzz-artifacts:
 	mkdir -p $@
 
@@ -46,17 +48,22 @@ $(HARD_DIR)/obj-tsan/%.o: src/%.c $(HARD_DEPS) | $(HARD_DIR)/obj-tsan
 	$(HARD_CLANG) $(HARD_PFX_CFLAGS) $(HARD_SAN_TSAN) -c $< -o $@
 $(HARD_DIR)/obj-ubsan/%.o: src/%.c $(HARD_DEPS) | $(HARD_DIR)/obj-ubsan
 	$(HARD_CLANG) $(HARD_PFX_CFLAGS) $(HARD_SAN_UBSAN) -c $< -o $@
+$(HARD_DIR)/obj-asan/%.o: src/%.c $(HARD_DEPS) | $(HARD_DIR)/obj-asan
+	$(HARD_CLANG) $(HARD_PFX_CFLAGS) $(HARD_SAN_ASAN) -c $< -o $@
 $(HARD_DIR)/obj-fuzz/%.o: src/%.c $(HARD_DEPS) | $(HARD_DIR)/obj-fuzz
 	$(HARD_CLANG) $(HARD_PFX_CFLAGS) $(HARD_SAN_FUZZ) -c $< -o $@
 
 HARD_TSAN_OBJS  := $(patsubst src/%.c,$(HARD_DIR)/obj-tsan/%.o,$(HARD_SRCS))
 HARD_UBSAN_OBJS := $(patsubst src/%.c,$(HARD_DIR)/obj-ubsan/%.o,$(HARD_SRCS))
+HARD_ASAN_OBJS  := $(patsubst src/%.c,$(HARD_DIR)/obj-asan/%.o,$(HARD_SRCS))
 HARD_FUZZ_OBJS  := $(patsubst src/%.c,$(HARD_DIR)/obj-fuzz/%.o,$(HARD_SRCS))
 
 $(HARD_DIR)/mt_tsan: tests/hardening/mt_sanitize.c $(HARD_TSAN_OBJS) $(HARD_DEPS) | $(HARD_DIR)
 	$(HARD_CLANG) $(HARD_CFLAGS) -O1 $(HARD_SAN_TSAN) $< $(HARD_TSAN_OBJS) -o $@ $(HARD_LDLIBS)
 $(HARD_DIR)/mt_ubsan: tests/hardening/mt_sanitize.c $(HARD_UBSAN_OBJS) $(HARD_DEPS) | $(HARD_DIR)
 	$(HARD_CLANG) $(HARD_CFLAGS) -O1 $(HARD_SAN_UBSAN) $< $(HARD_UBSAN_OBJS) -o $@ $(HARD_LDLIBS)
+$(HARD_DIR)/mt_asan: tests/hardening/mt_sanitize.c $(HARD_ASAN_OBJS) $(HARD_DEPS) | $(HARD_DIR)
+	$(HARD_CLANG) $(HARD_CFLAGS) -O1 $(HARD_SAN_ASAN) $< $(HARD_ASAN_OBJS) -o $@ $(HARD_LDLIBS)
 $(HARD_DIR)/fuzz_alloc: tests/hardening/fuzz_alloc.c $(HARD_FUZZ_OBJS) $(HARD_DEPS) | $(HARD_DIR)
 	$(HARD_CLANG) $(HARD_CFLAGS) -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	    $< $(HARD_FUZZ_OBJS) -o $@ $(HARD_LDLIBS)
@@ -74,11 +81,13 @@ SOAK_THREADS ?= 4
 soak: $(HARD_DIR)/soak $(LIB_SO)
 	LD_PRELOAD=$(abspath $(LIB_SO)) $(HARD_DIR)/soak $(SOAK_TIME) $(SOAK_THREADS)
 
-sanitize: $(HARD_DIR)/mt_tsan $(HARD_DIR)/mt_ubsan
+sanitize: $(HARD_DIR)/mt_tsan $(HARD_DIR)/mt_ubsan $(HARD_DIR)/mt_asan
 	TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 $(HARD_DIR)/mt_tsan core
 	TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 $(HARD_DIR)/mt_tsan stats
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(HARD_DIR)/mt_ubsan core
 	UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 $(HARD_DIR)/mt_ubsan stats
+	$(HARD_DIR)/mt_asan core
+	$(HARD_DIR)/mt_asan stats
 
 STRESS_RUNS ?= 80
 stress: $(HARD_DIR)/mt_ubsan

@@ -1,6 +1,8 @@
-/* Multithreaded test of the prefixed library (issue 6 item 6), built twice:
- * with -fsanitize=thread (mt_tsan) and -fsanitize=undefined (mt_ubsan),
- * linked with the src/ files compiled -DTIDEMALLOC_PREFIX (tm_malloc...).
+/* Multithreaded test of the prefixed library (issue 6 item 6), built three
+ * times: with -fsanitize=thread (mt_tsan), -fsanitize=undefined (mt_ubsan)
+ * and -fsanitize=address (mt_asan: the library's own code, its metadata and
+ * stack, checked while threads free into each other's pages), linked with
+ * the src/ files compiled -DTIDEMALLOC_PREFIX (tm_malloc...).
  *   mt_tsan core [rounds]   cross-thread frees through shared slots, realloc,
  *                           every allocation function, thread churn (threads
  *                           that exit while others hold their blocks, and
