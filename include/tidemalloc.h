@@ -24,7 +24,9 @@ extern "C" {
 struct tidemalloc_stats {
     uint64_t mmap_calls;     /* mmap, including failed attempts */
     uint64_t munmap_calls;   /* munmap */
-    uint64_t madvise_calls;  /* madvise and process_madvise (MADV_DONTNEED releases) */
+    uint64_t madvise_calls;  /* madvise and process_madvise releases (MADV_DONTNEED); the
+                                advice on huge pages, at most one call per new mapping,
+                                gives nothing back and is not counted */
     uint64_t mremap_calls;   /* mremap (huge realloc) */
     uint64_t bytes_mapped;   /* address space currently mapped for blocks */
     uint64_t bytes_retained; /* free memory kept resident (candidates for release) */

@@ -87,6 +87,9 @@ void out_flush(struct out_buffer *out) INTERNAL;
 struct os_counters {
     _Atomic uint64_t mmap_calls, munmap_calls, madvise_calls, mremap_calls;
     _Atomic uint64_t bytes_mapped, bytes_released, purge_runs;
+    /* madvise calls that give nothing back (the huge-page advice on a new
+     * mapping): not in madvise_calls, which counts releases */
+    _Atomic uint64_t advice_calls;
 };
 extern struct os_counters g_os INTERNAL;
 void *os_map(size_t size) INTERNAL; /* NULL on failure */
@@ -106,7 +109,9 @@ void os_clock_init(void) INTERNAL;                       /* finds the vDSO's clo
 uint32_t clock_ms(void) INTERNAL;                        /* monotonic milliseconds (coarse clock) */
 void os_huge_pages_configure(uint64_t hugetlb) INTERNAL; /* glibc.malloc.hugetlb */
 void os_advise_huge_pages(void *address, size_t size) INTERNAL; /* hugetlb 1: MADV_HUGEPAGE */
-void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL;  /* hugetlb 2+: NULL if not */
+void os_segment_thp_init(void) INTERNAL;        /* THP "always": segments refuse huge pages */
+void os_advise_segment(void *segment) INTERNAL; /* a new segment: huge pages or none */
+void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL; /* hugetlb 2+: NULL if not */
 
 /* ---- size classes ---- */
 extern _Atomic uint8_t g_class_of_small[65] INTERNAL; /* fast path: (size + 15) >> 4 -> class */

@@ -62,10 +62,12 @@ static struct segment *segment_create(void) {
      * ones, once the header is cleared; all its slices are then dirty. */
     struct segment *segment = huge_cache_take_segment();
     bool dirty = segment != NULL;
-    if (dirty)
+    if (dirty) {
         memset(segment, 0, sizeof *segment);
-    else
+        os_advise_segment(segment); /* a cached block's mapping: the kernel's THP default */
+    } else {
         segment = os_map_segment();
+    }
     /* memory is short: cached huge mappings hold address space too */
     if (segment == NULL && huge_cache_trim(true, 0)) segment = os_map_segment();
     if (segment == NULL) return NULL;

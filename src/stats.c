@@ -250,7 +250,9 @@ void stats_print_at_exit(void) {
     out_unsigned(&out, s.munmap_calls);
     out_string(&out, " madvise ");
     out_unsigned(&out, s.madvise_calls);
-    out_string(&out, " mremap ");
+    out_string(&out, " (+");
+    out_unsigned(&out, LOAD(g_os.advice_calls));
+    out_string(&out, " advice) mremap ");
     out_unsigned(&out, s.mremap_calls);
     out_string(&out, ", released ");
     out_unsigned(&out, s.bytes_released);
