@@ -26,14 +26,16 @@
  *                          as off */
 #include "release.h"
 
-/* The VmFlags line of the mapping holding p, or "" if none. */
-static const char *vm_flags_of(const void *p) {
-    static char flags[256];
+/* The text after `key` on that line of p's mapping in /proc/self/smaps
+ * ("VmFlags:", "AnonHugePages:"), or "" if none. */
+static const char *smaps_field_of(const void *p, const char *key) {
+    static char field[256];
     FILE *f = fopen("/proc/self/smaps", "r");
     REL_CHECK(f != NULL, "cannot open /proc/self/smaps");
     char line[512];
     int inside = 0;
-    flags[0] = '\0';
+    size_t key_length = strlen(key);
+    field[0] = '\0';
     while (fgets(line, sizeof line, f)) {
         unsigned long lo, hi;
         char dash;
@@ -41,13 +43,18 @@ static const char *vm_flags_of(const void *p) {
             inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
             continue;
         }
-        if (inside && strncmp(line, "VmFlags:", 8) == 0) {
-            snprintf(flags, sizeof flags, "%s", line + 8);
+        if (inside && strncmp(line, key, key_length) == 0) {
+            snprintf(field, sizeof field, "%s", line + key_length);
             break;
         }
     }
     fclose(f);
-    return flags;
+    return field;
+}
+
+/* The VmFlags of the mapping holding p. */
+static const char *vm_flags_of(const void *p) {
+    return smaps_field_of(p, "VmFlags:");
 }
 
 static int has_flag(const char *flags, const char *flag) {
@@ -100,22 +107,7 @@ static const char *thp_mode(void) {
 
 /* KiB of huge pages in the mapping holding p (its AnonHugePages line). */
 static unsigned long huge_kib_of(const void *p) {
-    FILE *f = fopen("/proc/self/smaps", "r");
-    REL_CHECK(f != NULL, "cannot open /proc/self/smaps");
-    char line[512];
-    int inside = 0;
-    unsigned long kib = 0;
-    while (fgets(line, sizeof line, f)) {
-        unsigned long lo, hi;
-        char dash;
-        if (sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-') {
-            inside = (uintptr_t)p >= lo && (uintptr_t)p < hi;
-            continue;
-        }
-        if (inside && sscanf(line, "AnonHugePages: %lu", &kib) == 1) break;
-    }
-    fclose(f);
-    return kib;
+    return strtoul(smaps_field_of(p, "AnonHugePages:"), NULL, 10);
 }
 
 /* A block in a thread's own, new segment: the main thread's first segment
