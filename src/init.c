@@ -16,7 +16,7 @@ void allocator_init(void) {
                                                 memory_order_acquire)) {
         os_clock_init();
         options_init_from_environment();
-        os_segment_thp_init(); /* after the options: glibc.malloc.hugetlb decides */
+        os_segments_init(); /* after the options (glibc.malloc.hugetlb), before any segment */
         atomic_store_explicit(&g_initialized, 2, memory_order_release);
         return;
     }

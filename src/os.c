@@ -294,9 +294,50 @@ static void advise_pages(void *address, size_t size, int advice) {
     raw_syscall6(SYS_madvise, (long)from, (long)(to - from), advice, 0, 0, 0);
 }
 
-void os_segment_thp_init(void) {
+/* The segment map (segment.c) is 32 MiB of .bss, which the kernel charges to
+ * the process's commit: Committed_AS grew by 33 MiB a process, against
+ * glibc's 0.4, and under vm.overcommit_memory=2 the charge is enforced (300
+ * forked server processes would need 10 GB more). At start-up, before any
+ * segment exists, the pages wholly inside it are mapped again read-only:
+ * they read as zero as before, and a read-only private mapping is not
+ * charged. The page of a byte about to be set is made writable first (one
+ * page covers 16 GiB of address space). A read-only range of 4 KiB pages
+ * can hold no huge page either: after the mprotect of one page the kernel
+ * splits a huge zero page that reads faulted in. */
+static uintptr_t map_guard_begin, map_guard_end; /* the read-only range; equal if none */
+#define MAP_PAGES ((sizeof(uint8_t) << (47 - SEGMENT_SHIFT)) / OS_PAGE_SIZE)
+static _Atomic uint8_t map_page_writable[MAP_PAGES]; /* 1: made writable */
+
+static void segment_map_protect(void) {
+    uintptr_t begin =
+        ((uintptr_t)g_segment_map + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    uintptr_t end = ((uintptr_t)g_segment_map + (sizeof(uint8_t) << (47 - SEGMENT_SHIFT))) &
+                    ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    long r = raw_syscall6(SYS_mmap, (long)begin, (long)(end - begin), PROT_READ,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+    if (r != (long)begin) return; /* the .bss stays as it was: writable, charged */
+    map_guard_begin = begin;
+    map_guard_end = end;
+}
+
+bool os_segment_map_writable(const _Atomic uint8_t *entry) {
+    uintptr_t at = (uintptr_t)entry;
+    if (at < map_guard_begin || at >= map_guard_end) return true;
+    size_t page = (at - map_guard_begin) / OS_PAGE_SIZE;
+    /* acquire: pairs with the release below, so the mprotect is complete */
+    if (atomic_load_explicit(&map_page_writable[page], memory_order_acquire)) return true;
+    long r = raw_syscall6(SYS_mprotect, (long)(at & ~(uintptr_t)(OS_PAGE_SIZE - 1)), OS_PAGE_SIZE,
+                          PROT_READ | PROT_WRITE, 0, 0, 0);
+    if (r != 0) return false; /* the commit limit, or the mapping count: no segment */
+    atomic_store_explicit(&map_page_writable[page], 1, memory_order_release);
+    return true;
+}
+
+void os_segments_init(void) {
+    segment_map_protect();
     if (thp_wanted || !thp_mode_is("[always]")) return;
     segments_refuse_thp = true;
+    if (map_guard_end != map_guard_begin) return;
     size_t map_size = sizeof(uint8_t) << (47 - SEGMENT_SHIFT);
     advise_pages((void *)g_segment_map, map_size, MADV_NOHUGEPAGE);
     advise_pages((void *)g_segment_map, map_size, MADV_DONTNEED); /* all zero: no segment yet */

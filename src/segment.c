@@ -71,6 +71,10 @@ static struct segment *segment_create(void) {
     /* memory is short: cached huge mappings hold address space too */
     if (segment == NULL && huge_cache_trim(true, 0)) segment = os_map_segment();
     if (segment == NULL) return NULL;
+    if (!os_segment_map_writable(&g_segment_map[(uintptr_t)segment >> SEGMENT_SHIFT])) {
+        os_unmap(segment, SEGMENT_SIZE);
+        return NULL;
+    }
     /* The header reads as zero: only the non-zero fields need setting. The
      * descriptors stay untouched (16 KiB, four OS pages): a slice never part
      * of a page has first == NULL, which page_of_block rejects. */

@@ -218,4 +218,7 @@ run hostile-trim0-delay0 MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 --
 run hostile-trim0-delay0-segments MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 \
   MALLOC_MMAP_THRESHOLD_=33554432 -- rel_hostile
 run hostile-defaults TIDEMALLOC_UNUSED=1 -- rel_hostile
+
+# The commit charge: the segment map's 32 MiB of .bss must not be charged.
+run commit-charge TIDEMALLOC_UNUSED=1 -- rel_commit
 exit 0
