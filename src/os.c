@@ -313,6 +313,7 @@ static void segment_map_protect(void) {
         ((uintptr_t)g_segment_map + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
     uintptr_t end = ((uintptr_t)g_segment_map + (sizeof(uint8_t) << (47 - SEGMENT_SHIFT))) &
                     ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    COUNT(mmap_calls, 1);
     long r = raw_syscall6(SYS_mmap, (long)begin, (long)(end - begin), PROT_READ,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     if (r != (long)begin) return; /* the .bss stays as it was: writable, charged */
