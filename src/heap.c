@@ -101,7 +101,7 @@ static struct heap *heap_struct_alloc(void) {
         heap = (struct heap *)heap_pool;
         heap_pool += size;
     }
-    /* cleared under the lock: a purger reads a recycled heap's idle mark
+    /* cleared under the lock: a purger reads a recycled heap's slow-path counts
      * through a segment it owned (purge.c, reclaim_idle_owners) */
     memset(heap, 0, sizeof *heap);
     spin_unlock(&g_heaps_lock);

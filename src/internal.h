@@ -130,11 +130,13 @@ static inline unsigned size_class_of(size_t size) {
 }
 
 /* ---- segment.c ---- */
-extern _Atomic uint8_t g_segment_map[] INTERNAL; /* byte per possible segment */
+/* one byte per possible segment of the 47-bit user address space */
+#define SEGMENT_MAP_ENTRIES ((size_t)1 << (47 - SEGMENT_SHIFT))
+extern _Atomic uint8_t g_segment_map[SEGMENT_MAP_ENTRIES] INTERNAL;
 /* NULL is never in a segment (byte 0 stays clear). */
 static inline bool segment_map_contains(uintptr_t address) {
     uintptr_t index = address >> SEGMENT_SHIFT;
-    if (unlikely(index >= ((uintptr_t)1 << (47 - SEGMENT_SHIFT)))) return false;
+    if (unlikely(index >= SEGMENT_MAP_ENTRIES)) return false;
     /* relaxed: a pointer we returned was registered before it was handed out,
      * and the hand-out itself orders the caller after the registration. */
     return atomic_load_explicit(&g_segment_map[index], memory_order_relaxed) != 0;

@@ -305,14 +305,14 @@ static void advise_pages(void *address, size_t size, int advice) {
  * can hold no huge page either: after the mprotect of one page the kernel
  * splits a huge zero page that reads faulted in. */
 static uintptr_t map_guard_begin, map_guard_end; /* the read-only range; equal if none */
-#define MAP_PAGES ((sizeof(uint8_t) << (47 - SEGMENT_SHIFT)) / OS_PAGE_SIZE)
+#define MAP_PAGES (sizeof g_segment_map / OS_PAGE_SIZE)
 static _Atomic uint8_t map_page_writable[MAP_PAGES]; /* 1: made writable */
 
 static void segment_map_protect(void) {
     uintptr_t begin =
         ((uintptr_t)g_segment_map + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
-    uintptr_t end = ((uintptr_t)g_segment_map + (sizeof(uint8_t) << (47 - SEGMENT_SHIFT))) &
-                    ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    uintptr_t end =
+        ((uintptr_t)g_segment_map + sizeof g_segment_map) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
     COUNT(mmap_calls, 1);
     long r = raw_syscall6(SYS_mmap, (long)begin, (long)(end - begin), PROT_READ,
                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
@@ -339,9 +339,9 @@ void os_segments_init(void) {
     if (thp_wanted || !thp_mode_is("[always]")) return;
     segments_refuse_thp = true;
     if (map_guard_end != map_guard_begin) return;
-    size_t map_size = sizeof(uint8_t) << (47 - SEGMENT_SHIFT);
-    advise_pages((void *)g_segment_map, map_size, MADV_NOHUGEPAGE);
-    advise_pages((void *)g_segment_map, map_size, MADV_DONTNEED); /* all zero: no segment yet */
+    advise_pages((void *)g_segment_map, sizeof g_segment_map, MADV_NOHUGEPAGE);
+    advise_pages((void *)g_segment_map, sizeof g_segment_map,
+                 MADV_DONTNEED); /* all zero: no segment yet */
 }
 
 void os_advise_segment(void *segment) {

@@ -11,7 +11,7 @@
  * zero-initialised .bss, of which only the pages for addresses in use are ever
  * touched (one 4 KiB page of it covers 16 GiB). A byte rather than a bit:
  * free's test is then one load and compare (3 instructions fewer a free). */
-_Atomic uint8_t g_segment_map[(size_t)1 << (47 - SEGMENT_SHIFT)];
+_Atomic uint8_t g_segment_map[SEGMENT_MAP_ENTRIES];
 
 struct spin_lock g_registry_lock = SPIN_LOCK_INIT;
 struct segment *g_registry; /* all live segments (registry lock) */
