@@ -189,15 +189,16 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         hugetlb = base != 0;
     }
     if (base == 0) {
-        base = (uintptr_t)(retain_on_free && map_size >= SEGMENT_SIZE ? os_map_aligned(map_size)
-                                                                      : os_map(map_size));
+        base =
+            (uintptr_t)(retain_on_free && map_size >= SEGMENT_SIZE ? os_map_block_aligned(map_size)
+                                                                   : os_map_block(map_size));
         if (base == 0) {
             /* Memory is short (RLIMIT_AS, overcommit): give cached mappings
              * and cached empty segments (up to 64 MiB of address space) back
              * and try once more. */
             bool freed = huge_cache_trim(true, 0);
             freed |= segment_cache_trim(true, 0);
-            if (freed) base = (uintptr_t)os_map(map_size);
+            if (freed) base = (uintptr_t)os_map_block(map_size);
             if (base == 0) return NULL;
         }
         os_advise_huge_pages((void *)base, map_size);
@@ -347,7 +348,7 @@ void *huge_alloc_guarded(size_t size, size_t alignment) {
     size_t body = size == 0 ? ALIGNMENT : (size + ALIGNMENT - 1) & ~(size_t)(ALIGNMENT - 1);
     size_t map_size =
         ((body + alignment + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1)) + OS_PAGE_SIZE;
-    uintptr_t base = (uintptr_t)os_map(map_size);
+    uintptr_t base = (uintptr_t)os_map_block(map_size);
     if (base == 0) return NULL;
     uintptr_t guard = base + map_size - OS_PAGE_SIZE;
     os_protect_none((void *)guard, OS_PAGE_SIZE);

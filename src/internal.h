@@ -92,14 +92,18 @@ struct os_counters {
     _Atomic uint64_t advice_calls;
 };
 extern struct os_counters g_os INTERNAL;
-void *os_map(size_t size) INTERNAL; /* NULL on failure */
+void *os_map(size_t size) INTERNAL; /* our own memory, MAP_NORESERVE; NULL on failure */
 void os_unmap(void *address, size_t size) INTERNAL;
 bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
 /* Releases up to 64 ranges in as few calls as it can; bit i: ranges[i] went back. */
 uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) INTERNAL;
 void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
-void *os_map_aligned(size_t size) INTERNAL; /* starts on a segment boundary; NULL on failure */
-void *os_map_segment(void) INTERNAL;        /* SEGMENT_SIZE-aligned, NULL on failure */
+/* A block mapped on its own, charged to the commit as glibc's are (the
+ * kernel's overcommit policy may refuse it); the second starts on a segment
+ * boundary. NULL on failure. */
+void *os_map_block(size_t size) INTERNAL;
+void *os_map_block_aligned(size_t size) INTERNAL;
+void *os_map_segment(void) INTERNAL; /* SEGMENT_SIZE-aligned, NULL on failure */
 bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 uint64_t os_thread_run_wait_ns(void) INTERNAL;             /* runnable, not running: 0 if unknown */
 uint64_t os_process_cpu_us(void) INTERNAL;                 /* CPU time of all threads */

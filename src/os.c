@@ -32,9 +32,12 @@ long raw_syscall6(long number, long a, long b, long c, long d, long e, long f) {
     return result; /* -errno on failure */
 }
 
+/* Our own memory (segments, metadata) is mapped MAP_NORESERVE: a segment is
+ * charged to the commit only for what it uses (vm.overcommit_memory=2 ignores
+ * the flag and charges it whole). */
 static void *raw_mmap(void *address, size_t size, int flags) {
     long r = raw_syscall6(SYS_mmap, (long)address, (long)size, PROT_READ | PROT_WRITE,
-                          flags | MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+                          flags | MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return r < 0 && r > -4096 ? MAP_FAILED : (void *)r;
 }
 
@@ -42,20 +45,32 @@ static void raw_munmap(void *address, size_t size) {
     raw_syscall6(SYS_munmap, (long)address, (long)size, 0, 0, 0, 0);
 }
 
-void *os_map(size_t size) {
+static void *map_anywhere(size_t size, int flags) {
     COUNT(mmap_calls, 1);
-    void *p = raw_mmap(NULL, size, 0);
+    void *p = raw_mmap(NULL, size, flags);
     if (p == MAP_FAILED) return NULL;
     COUNT(bytes_mapped, size);
     return p;
 }
 
+void *os_map(size_t size) {
+    return map_anywhere(size, MAP_NORESERVE);
+}
+
+/* A block mapped on its own is charged whole, as glibc's mapped chunks are:
+ * the kernel's overcommit policy then judges it as it would glibc's, so that
+ * malloc(64 TiB) fails with ENOMEM under the default heuristic instead of
+ * returning memory that cannot be had. */
+void *os_map_block(size_t size) {
+    return map_anywhere(size, 0);
+}
+
 /* A mapping that starts on a segment boundary: over-map by a segment and cut
  * the unaligned ends off. */
-void *os_map_aligned(size_t size) {
+static void *map_aligned(size_t size, int flags) {
     size_t span = size + SEGMENT_SIZE;
     COUNT(mmap_calls, 1);
-    char *raw = raw_mmap(NULL, span, 0);
+    char *raw = raw_mmap(NULL, span, flags);
     if (raw == MAP_FAILED) return NULL;
     char *aligned = (char *)(((uintptr_t)raw + SEGMENT_MASK) & ~(uintptr_t)SEGMENT_MASK);
     size_t head = (size_t)(aligned - raw), tail = span - head - size;
@@ -69,6 +84,10 @@ void *os_map_aligned(size_t size) {
     }
     COUNT(bytes_mapped, size);
     return aligned;
+}
+
+void *os_map_block_aligned(size_t size) {
+    return map_aligned(size, 0);
 }
 
 void os_unmap(void *address, size_t size) {
@@ -146,7 +165,7 @@ void *os_map_segment(void) {
      * failed mmap and no munmap; a few slots further down are tried. */
     for (int attempt = 0; attempt < 4; attempt++, hint -= SEGMENT_SIZE) {
         COUNT(mmap_calls, 1);
-        void *p = raw_mmap((void *)hint, SEGMENT_SIZE, MAP_FIXED_NOREPLACE);
+        void *p = raw_mmap((void *)hint, SEGMENT_SIZE, MAP_FIXED_NOREPLACE | MAP_NORESERVE);
         if (p == (void *)hint) {
             atomic_store_explicit(&next_segment_hint, hint - SEGMENT_SIZE, memory_order_relaxed);
             COUNT(bytes_mapped, SEGMENT_SIZE);
@@ -159,7 +178,7 @@ void *os_map_segment(void) {
             break;
         }
     }
-    char *aligned = os_map_aligned(SEGMENT_SIZE);
+    char *aligned = map_aligned(SEGMENT_SIZE, MAP_NORESERVE);
     if (aligned == NULL) return NULL;
     atomic_store_explicit(&next_segment_hint, (uintptr_t)aligned - SEGMENT_SIZE,
                           memory_order_relaxed);
