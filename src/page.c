@@ -27,13 +27,14 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     page->next = page->prev = NULL;
 }
 
-/* Carve about one OS page worth of new blocks (at least one) onto the free
- * list, so memory that is never used is never touched. */
+/* Carve the blocks that start in the next OS page (at least one) onto the
+ * free list: writing their links touches that page and no other, so memory
+ * that is never used is never touched. */
 bool page_extend(struct page *page) {
     if (page->capacity >= page->reserved) return false;
-    uint32_t count = OS_PAGE_SIZE / page->block_size;
-    if (count < 4) count = page->block_size >= OS_PAGE_SIZE ? 1 : 4;
-    if (page->capacity == 0 && count < 16 && page->block_size < 1024) count = 16;
+    uintptr_t begin = page_start(page) + (size_t)page->capacity * page->block_size;
+    uintptr_t page_end = (begin | (OS_PAGE_SIZE - 1)) + 1;
+    uint32_t count = (uint32_t)((page_end - begin + page->block_size - 1) / page->block_size);
     uint32_t left = (uint32_t)page->reserved - page->capacity;
     if (count > left) count = left;
     /* Under the segment lock, so that a purger never reclaims a page whose
