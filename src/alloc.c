@@ -105,31 +105,49 @@ API void *TM_NAME(pvalloc)(size_t size) {
     return memalign_internal(OS_PAGE_SIZE, rounded ? rounded : OS_PAGE_SIZE);
 }
 
+/* A block of usable size `usable` that `size` leaves in place as it is: it
+ * still fits, and most of it would not idle. */
+static inline bool realloc_fits(size_t size, size_t usable) {
+    return size <= usable && (size >= usable / 2 || usable <= 64);
+}
+
+/* realloc's other cases: a mapped block grows with mremap or gives its spare
+ * pages back (NULL: too small now), a large block takes or gives back
+ * slices; then any block shrinks in place unless most of it would idle.
+ * Else a copy. */
+static NOINLINE void *realloc_change(void *p, size_t size) {
+    size_t usable = block_usable_size(p, "realloc(): invalid pointer");
+    if (!segment_map_contains((uintptr_t)p)) {
+        void *same = huge_realloc(p, size);
+        if (same) return same;
+    } else if (usable > SMALL_MAX) { /* a large block */
+        if (size > usable ? heap_large_grow(p, size) : heap_large_shrink(p, size)) return p;
+    }
+    if (realloc_fits(size, usable) && !OPTION(checked)) return p;
+    void *fresh = malloc_inline(size);
+    if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */
+    memcpy(fresh, p, size < usable ? size : usable);
+    free_internal(p);
+    return fresh;
+}
+
 API void *TM_NAME(realloc)(void *p, size_t size) {
     if (p == NULL) return malloc_inline(size);
     if (size == 0) { /* glibc 2.36: frees and returns NULL */
         free_internal(p);
         return NULL;
     }
-    size_t usable = block_usable_size(p, "realloc(): invalid pointer");
-    /* In place where the block allows: a mapped block grows with mremap or
-     * gives its spare pages back (NULL: too small now), a large block takes
-     * or gives back slices; then any block shrinks in place unless most of
-     * it would idle. Else a copy. */
-    if (!segment_map_contains((uintptr_t)p)) {
-        void *same = huge_realloc(p, size);
-        if (same) return same;
-    } else if (size > usable) {
-        if (heap_large_grow(p, size)) return p;
-    } else if (usable > SMALL_MAX && heap_large_shrink(p, size)) {
-        return p;
+    /* The common case, with no call and no lock: a block in a segment that
+     * stays as it is (a large one keeps its slices). Checked modes copy. */
+    if (likely(segment_map_contains((uintptr_t)p)) && likely(!OPTION(checked))) {
+        const struct page *page = page_of_block(p, "realloc(): invalid pointer");
+        if (page->class_index != LARGE_CLASS
+                ? realloc_fits(size, page->block_size)
+                : size > SMALL_MAX && size <= page->block_size &&
+                      (size + SLICE_SIZE - 1) >> SLICE_SHIFT == page->slice_count)
+            return p;
     }
-    if (size <= usable && (size >= usable / 2 || usable <= 64) && !OPTION(checked)) return p;
-    void *fresh = malloc_inline(size);
-    if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */
-    memcpy(fresh, p, size < usable ? size : usable);
-    free_internal(p);
-    return fresh;
+    return realloc_change(p, size);
 }
 
 API void *TM_NAME(reallocarray)(void *p, size_t count, size_t size) {

@@ -12,17 +12,6 @@ void report_invalid_pointer(const char *message) {
     fatal_error(message);
 }
 
-/* The page of a pointer into our segments, after checking it is the start of
- * a block of an in-use page (block_offset_valid says why one test is enough;
- * a slice never part of a page, the header's included, has no descriptor). */
-static inline struct page *page_of_block(void *p, const char *message) {
-    struct page *page = page_of(segment_of(p), p);
-    if (CHECKS_ON && unlikely(page == NULL || !block_offset_valid((uintptr_t)p - page->start,
-                                                                  page->block_size_inverse)))
-        report_invalid_pointer(message);
-    return page;
-}
-
 /* The segment's heap pointer is read only when a page empties: the common
  * free never loads it. */
 static inline void free_local(struct segment *segment, struct page *page, struct block *b) {

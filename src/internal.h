@@ -381,6 +381,16 @@ void purge_atfork_child(void) INTERNAL;
 
 /* ---- free.c / alloc.c ---- */
 NORETURN void report_invalid_pointer(const char *function) INTERNAL;
+/* The page of a pointer into our segments, after checking it is the start of
+ * a block of an in-use page (block_offset_valid says why one test is enough;
+ * a slice never part of a page, the header's included, has no descriptor). */
+static inline struct page *page_of_block(const void *p, const char *message) {
+    struct page *page = page_of(segment_of(p), p);
+    if (CHECKS_ON && unlikely(page == NULL || !block_offset_valid((uintptr_t)p - page->start,
+                                                                  page->block_size_inverse)))
+        report_invalid_pointer(message);
+    return page;
+}
 size_t block_usable_size(const void *p, const char *function) INTERNAL;
 void free_internal(void *p) INTERNAL;
 
