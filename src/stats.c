@@ -77,7 +77,7 @@ __attribute__((no_sanitize("thread"))) static void usage_of_segment(struct segme
         i += count;
     }
     uint64_t releasable = usage_releasable_slices(s);
-    u->releasable += (uint64_t)__builtin_popcountll(releasable) * SLICE_SIZE;
+    u->releasable += (uint64_t)bit_count(releasable) * SLICE_SIZE;
 }
 
 static void usage_total(struct usage *u, uint64_t owner, bool all) {

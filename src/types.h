@@ -125,6 +125,7 @@ struct heap {
     struct page *pages_direct[SMALL_CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
     uint64_t id;                    /* unique, never reused; UINT64_MAX for g_empty_heap */
     struct segment *segments_avail; /* owned segments with at least one free slice */
+    uint32_t segments_avail_count;  /* segments on segments_avail */
     struct segment *segments_full;  /* owned segments without a free slice */
     struct page *large_pages;       /* circular list of one-block pages, or NULL */
     struct heap *next_heap;         /* global list of live heaps (heaps lock) */
