@@ -2,7 +2,7 @@
 # LIB_SO and the `lib` target. The runner is bench/run.py (Python 3 stdlib).
 BENCH_DIR    := $(BUILD)/bench
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -pthread
-BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn pair ebizzy
+BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn pair ebizzy patterns
 BENCH_BINS   := $(addprefix $(BENCH_DIR)/,$(BENCH_PROGS))
 BENCH_PY     ?= /usr/bin/python3
 # Extra arguments for the runner, e.g. BENCH_ARGS="--reps 3 --only larson,churn"

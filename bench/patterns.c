@@ -1,0 +1,112 @@
+/* Allocation patterns outside the `make bench` suite, each a known weak spot
+ * once (docs/benchmarks.md says what was measured with them):
+ *
+ *   patterns realloc-grow MIB STEP REPS  grow one buffer STEP bytes at a time
+ *                                        to MIB MiB with realloc, REPS times
+ *   patterns large-heap LIVE STEPS       LIVE blocks of 100-200 KB, then STEPS
+ *                                        random replacements (free one, malloc
+ *                                        one of a new size)
+ *   patterns threads N OBJS CLASSES      N threads each hold OBJS small blocks
+ *                                        over CLASSES size classes; prints the
+ *                                        process's RssAnon while all hold them
+ *
+ * Fixed work and fixed seeds; the time is the caller's to take (bench/run.py,
+ * /usr/bin/time), so the program prints only a checksum (and, for threads,
+ * the resident set). */
+#include "common.h"
+#include <pthread.h>
+
+static int realloc_grow(long mib, long step, long reps) {
+    size_t max = (size_t)mib << 20;
+    uint64_t sum = 0;
+    for (long r = 0; r < reps; r++) {
+        unsigned char *p = NULL;
+        for (size_t n = (size_t)step; n <= max; n += (size_t)step) {
+            p = xrealloc(p, n);
+            p[n - 1] = (unsigned char)n;
+        }
+        sum += p[max / 2];
+        free(p);
+    }
+    printf("realloc-grow sum=%llu\n", (unsigned long long)sum);
+    return 0;
+}
+
+static int large_heap(long live, long steps) {
+    rng_t r;
+    rng_seed(&r, 99);
+    unsigned char **slot = xmalloc((size_t)live * sizeof *slot);
+    for (long i = 0; i < live; i++) {
+        slot[i] = xmalloc(100000);
+        slot[i][0] = 1;
+    }
+    uint64_t sum = 0;
+    for (long s = 0; s < steps; s++) {
+        size_t k = rng_below(&r, (uint64_t)live);
+        sum += slot[k][0];
+        free(slot[k]);
+        slot[k] = xmalloc(100000 + rng_below(&r, 100000));
+        slot[k][0] = (unsigned char)s;
+    }
+    for (long i = 0; i < live; i++)
+        free(slot[i]);
+    free(slot);
+    printf("large-heap sum=%llu\n", (unsigned long long)sum);
+    return 0;
+}
+
+static pthread_barrier_t held;
+static long thread_objs, thread_classes;
+
+static void *holder(void *arg) {
+    (void)arg;
+    void **blocks = xmalloc((size_t)thread_objs * sizeof *blocks);
+    for (long i = 0; i < thread_objs; i++) {
+        blocks[i] = xmalloc(16 + (size_t)(i % thread_classes) * 16);
+        memset(blocks[i], 1, 16);
+    }
+    pthread_barrier_wait(&held); /* all hold their blocks */
+    pthread_barrier_wait(&held); /* main has read the resident set */
+    for (long i = 0; i < thread_objs; i++)
+        free(blocks[i]);
+    free(blocks);
+    return NULL;
+}
+
+static int threads(long n, long objs, long classes) {
+    thread_objs = objs;
+    thread_classes = classes < 1 ? 1 : classes;
+    pthread_t *t = xmalloc((size_t)n * sizeof *t);
+    pthread_barrier_init(&held, NULL, (unsigned)n + 1);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 64 << 10);
+    for (long i = 0; i < n; i++)
+        if (pthread_create(&t[i], &attr, holder, NULL)) return 1;
+    pthread_barrier_wait(&held);
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, "RssAnon:", 8) == 0) fputs(line, stdout);
+    if (f) fclose(f);
+    pthread_barrier_wait(&held);
+    for (long i = 0; i < n; i++)
+        pthread_join(t[i], NULL);
+    free(t);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *what = argc > 1 ? argv[1] : "";
+    if (strcmp(what, "realloc-grow") == 0)
+        return realloc_grow(arg_long(argc, argv, 2, 1), arg_long(argc, argv, 3, 1),
+                            arg_long(argc, argv, 4, 20));
+    if (strcmp(what, "large-heap") == 0)
+        return large_heap(arg_long(argc, argv, 2, 2000), arg_long(argc, argv, 3, 300000));
+    if (strcmp(what, "threads") == 0)
+        return threads(arg_long(argc, argv, 2, 500), arg_long(argc, argv, 3, 100),
+                       arg_long(argc, argv, 4, 8));
+    fprintf(stderr, "usage: patterns realloc-grow MIB STEP REPS | large-heap LIVE STEPS | "
+                    "threads N OBJS CLASSES\n");
+    return 2;
+}
