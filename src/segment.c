@@ -14,12 +14,12 @@ static inline void free_slices_set(struct segment *segment, uint64_t value) {
     __atomic_store_n(&segment->free_slices, value, __ATOMIC_RELAXED);
 }
 
-/* Whether `free_mask` holds a run of `count` slices. */
-static inline bool run_fits(uint64_t free_mask, unsigned count) {
+/* The slices of `free_mask` at which a run of `count` of them starts. */
+static inline uint64_t run_starts(uint64_t free_mask, unsigned count) {
     uint64_t starts = free_mask;
     for (unsigned i = 1; i < count && starts; i++)
         starts &= free_mask >> i;
-    return starts != 0;
+    return starts;
 }
 
 /* One byte per possible segment in the 47-bit user address space: 32 MiB of
@@ -248,9 +248,7 @@ static inline __attribute__((always_inline)) struct run_choice
 find_free_run(const struct segment *segment, unsigned count, unsigned cls) {
     uint64_t free_mask = segment->free_slices, dirty = segment->dirty_slices & free_mask;
     struct run_choice choice = {-1, 0, false};
-    uint64_t starts = free_mask;
-    for (unsigned i = 1; i < count && starts; i++)
-        starts &= free_mask >> i;
+    uint64_t starts = run_starts(free_mask, count);
     if (starts == 0) return choice;
     if (dirty == 0) {
         choice.first = (int8_t)__builtin_ctzll(starts);
@@ -271,9 +269,7 @@ find_free_run(const struct segment *segment, unsigned count, unsigned cls) {
         return choice;
     }
     /* A run wholly dirty is the best there is: found with count shifts. */
-    uint64_t dirty_starts = starts & dirty;
-    for (unsigned i = 1; i < count && dirty_starts; i++)
-        dirty_starts &= dirty >> i;
+    uint64_t dirty_starts = starts & run_starts(dirty, count);
     if (dirty_starts) {
         choice.first = (int8_t)__builtin_ctzll(dirty_starts);
         choice.dirty = (uint8_t)count;
@@ -339,7 +335,7 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
 static inline bool segment_may_fit(const struct segment *segment, unsigned count) {
     /* relaxed: a stale mask only sends this search on or makes it lock in
      * vain; what the lock then reads decides */
-    return run_fits(__atomic_load_n(&segment->free_slices, __ATOMIC_RELAXED), count);
+    return run_starts(__atomic_load_n(&segment->free_slices, __ATOMIC_RELAXED), count) != 0;
 }
 
 struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls) {
