@@ -141,10 +141,9 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
      * stays as it is (a large one keeps its slices). Checked modes copy. */
     if (likely(segment_map_contains((uintptr_t)p)) && likely(!OPTION(checked))) {
         const struct page *page = page_of_block(p, "realloc(): invalid pointer");
-        if (page->class_index != LARGE_CLASS
-                ? realloc_fits(size, page->block_size)
-                : size > SMALL_MAX && size <= page->block_size &&
-                      (size + SLICE_SIZE - 1) >> SLICE_SHIFT == page->slice_count)
+        if (page->class_index != LARGE_CLASS ? realloc_fits(size, page->block_size)
+                                             : size > SMALL_MAX && size <= page->block_size &&
+                                                   slices_for_size(size) == page->slice_count)
             return p;
     }
     return realloc_change(p, size);

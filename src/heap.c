@@ -493,7 +493,7 @@ void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
 }
 
 static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
-    unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
+    unsigned slices = slices_for_size(size);
     /* Straight from the segment, where freed large pages went (heap_page_empty). */
     struct page *page = segment_page_alloc(heap, slices, LARGE_CLASS);
     if (page == NULL) return NULL;
@@ -516,7 +516,7 @@ bool heap_large_grow(void *p, size_t size) {
     struct page *page = page_of(segment, p);
     if (page->class_index != LARGE_CLASS || size > LARGE_MAX || OPTION(checked)) return false;
     if (segment_owner_thread(segment) != current_thread_id()) return false;
-    unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
+    unsigned slices = slices_for_size(size);
     if (!segment_page_grow(segment->heap, page, slices)) return false;
     page->block_size = (uint32_t)slices << SLICE_SHIFT;
     page->area_size = page->block_size;
@@ -530,7 +530,7 @@ bool heap_large_shrink(void *p, size_t size) {
     struct page *page = page_of(segment, p);
     if (page->class_index != LARGE_CLASS || size <= SMALL_MAX || OPTION(checked)) return false;
     if (segment_owner_thread(segment) != current_thread_id()) return false;
-    unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
+    unsigned slices = slices_for_size(size);
     if (slices >= page->slice_count) return slices == page->slice_count;
     page->block_size = (uint32_t)slices << SLICE_SHIFT;
     page->area_size = page->block_size;

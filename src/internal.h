@@ -129,6 +129,11 @@ bool os_segment_map_writable(const _Atomic uint8_t *entry) INTERNAL; /* false: n
 void os_advise_segment(void *segment) INTERNAL; /* a new segment: huge pages or none */
 void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL; /* hugetlb 2+: NULL if not */
 
+/* Slices a large block of `size` bytes takes. */
+static inline unsigned slices_for_size(size_t size) {
+    return (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
+}
+
 /* ---- size classes ---- */
 extern _Atomic uint8_t g_class_of_small[65] INTERNAL; /* fast path: (size + 15) >> 4 -> class */
 void size_class_table_limit(size_t limit) INTERNAL;
