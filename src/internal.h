@@ -246,6 +246,8 @@ bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
 
 /* ---- page.c ---- */
 void page_init(struct page *page, unsigned class_index, size_t block_size) INTERNAL;
+/* Sets the block test's inverse (0 closes it) and start in every slice of the page. */
+void page_block_test_set(struct page *page, uint64_t inverse) INTERNAL;
 bool page_extend(struct page *page) INTERNAL;             /* carve more blocks; false if full */
 uint32_t page_collect_remote(struct page *page) INTERNAL; /* returns blocks collected */
 void page_collect_if_empties(struct page *page) INTERNAL;
@@ -401,11 +403,14 @@ NORETURN void report_invalid_pointer(const char *function) INTERNAL;
  * a block of an in-use page (block_offset_valid says why one test is enough;
  * a slice never part of a page, the header's included, has no descriptor). */
 static inline struct page *page_of_block(const void *p, const char *message) {
-    struct page *page = page_of(segment_of(p), p);
-    if (CHECKS_ON && unlikely(page == NULL || !block_offset_valid((uintptr_t)p - page->start,
-                                                                  page->block_size_inverse)))
+    const struct page *slice =
+        &segment_of(p)->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];
+    /* the slice's copies of the test (page_block_test_set): a slice never
+     * part of a page reads zero there, and zero accepts nothing */
+    if (CHECKS_ON &&
+        unlikely(!block_offset_valid((uintptr_t)p - slice->start, slice->block_size_inverse)))
         report_invalid_pointer(message);
-    return page;
+    return slice->first;
 }
 size_t block_usable_size(const void *p, const char *function) INTERNAL;
 void free_internal(void *p) INTERNAL;

@@ -11,7 +11,6 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
      * reciprocal is exact for offsets below 2^40 / block_size (every class
      * page), not for all of a 2 MiB block (1 MiB blocks accepted offset
      * size - 1). */
-    page->block_size_inverse = class_index == LARGE_CLASS ? 1 : block_offset_inverse(block_size);
     page->reserved = (uint32_t)(area / block_size);
     page->area_size = (uint32_t)(page->reserved * block_size);
     page->thread_free_full = (uint64_t)page->reserved << THREAD_FREE_COUNT_SHIFT;
@@ -19,12 +18,22 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
      * divides block_size), so alignment holds, and the last block ends at
      * the page's end, so free needs no range check. */
     page->start = page_slices_begin(page) + (area - page->area_size);
+    page_block_test_set(page, class_index == LARGE_CLASS ? 1 : block_offset_inverse(block_size));
     page->capacity = 0;
     page->used = 0;
     page->free = NULL;
     /* relaxed: the page is not yet visible to any other thread. */
     atomic_store_explicit(&page->thread_free, 0, memory_order_relaxed);
     page->next = page->prev = NULL;
+}
+
+void page_block_test_set(struct page *page, uint64_t inverse) {
+    for (unsigned i = 0; i < page->slice_count; i++) {
+        page[i].start = page->start;
+        /* relaxed: other threads' frees read it without a lock; one that
+         * reads the previous value acts as one that ran a moment earlier */
+        __atomic_store_n(&page[i].block_size_inverse, inverse, __ATOMIC_RELAXED);
+    }
 }
 
 /* Carve the blocks that start in the next OS page (at least one) onto the
@@ -48,8 +57,7 @@ bool page_extend(struct page *page) {
     spin_unlock(&segment->lock);
     if (reclaimed) return false;
     if (from == 0) /* reopen the block test, which a reclaimed page closed */
-        __atomic_store_n(&page->block_size_inverse, block_offset_inverse(page->block_size),
-                         __ATOMIC_RELAXED);
+        page_block_test_set(page, block_offset_inverse(page->block_size));
     char *first = (char *)page_start(page) + (size_t)from * page->block_size;
     struct block *next = page->free;
     for (uint32_t i = count; i-- > 0;) {

@@ -92,7 +92,7 @@ static struct segment *segment_create(void) {
     }
     /* The header reads as zero: only the non-zero fields need setting. The
      * descriptors stay untouched (16 KiB, four OS pages): a slice never part
-     * of a page has first == NULL, which page_of_block rejects. */
+     * of a page reads zero, whose block test accepts nothing. */
     free_slices_set(segment, ~(uint64_t)1); /* every slice but the header */
     segment->dirty_slices = dirty ? ~(uint64_t)0 : 1;
     if (dirty) retained_add(segment->free_slices, true);
@@ -403,6 +403,7 @@ bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
     for (unsigned i = old; i < slices; i++)
         page[i].first = page;
     page->slice_count = (uint8_t)slices;
+    page_block_test_set(page, page->block_size_inverse); /* the new slices' copies */
     return true;
 }
 
@@ -672,7 +673,7 @@ segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms
                                                      THREAD_FREE_RECLAIMED, memory_order_acq_rel,
                                                      memory_order_relaxed))
             continue;
-        __atomic_store_n(&page->block_size_inverse, 0, __ATOMIC_RELAXED); /* no free() gets in */
+        page_block_test_set(page, 0); /* no free() gets in */
         if (thread_free_count(word) == page->reserved)
             remote_freed_page_note((uint64_t)page->slice_count << SLICE_SHIFT, false);
         /* slice_count is fixed now: no block is out to be realloc'ed */

@@ -58,7 +58,11 @@ struct block {
 struct page {
     /* Line 0: constant while the page is in use. Every free reads it, the
      * remote ones included, so nothing written per block may live here. */
-    struct page *first;          /* every slice: its page's descriptor (itself or NULL when free) */
+    struct page *first; /* every slice: its page's descriptor (itself or NULL when free) */
+    /* The block test's two fields are copied into every slice's descriptor
+     * of the page (page_block_test_set), so free reads them from the slice
+     * its pointer falls in: no NULL test for a never-used slice (all zero,
+     * which accepts nothing) and no load that waits for `first`. */
     uintptr_t start;             /* block 0: first slice + slack, last block ends the page */
     uint64_t block_size_inverse; /* block test (block_offset_valid): 1 large, 0 not in use */
     uint32_t block_size;         /* bytes per block */
