@@ -10,7 +10,8 @@
  * allocator with in-band headers believes it), double free of a large and of
  * a huge block, free of a pointer into a huge block, realloc of a freed
  * block, free of a pointer into a page's slack (before its first block),
- * double frees with other frees in between (one, and twenty), a double
+ * free into the slices a freed or shrunk large block gave back, double
+ * frees with other frees in between (one, and twenty), a double
  * free from another thread, and free-list corruption by a write after free
  * (the link zeroed, or pointed at the stack or at another mapping): the next
  * malloc of that size must abort instead of returning the forged block. */
@@ -139,6 +140,27 @@ static void case_unused_slice(void) {
     free(launder((void *)(((uintptr_t)p & ~(SEGMENT_BYTES - 1)) + SEGMENT_BYTES - 65536)));
 }
 
+/* A large block's later slices go back to the segment when it is freed, or
+ * when realloc shrinks it in place (or moves it): a pointer that was inside
+ * the block is a pointer into free slices then. */
+static void case_freed_large_tail(void) {
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    char *p = malloc(300000), *keep = malloc(100000); /* keep: the segment stays */
+    memset(p, 0, 300000);
+    free(p);
+    free(launder(p + 131072));
+    free(keep);
+}
+
+static void case_shrunk_large_tail(void) {
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    char *p = malloc(600000);
+    memset(p, 0, 600000);
+    char *q = realloc(p, 100000);
+    if (q != p) _exit(3); /* the shrink was to stay in place */
+    free(launder(q + 393216));
+}
+
 static void case_realloc_freed(void) {
     void *p = malloc(40);
     memset(p, 0, 40);
@@ -238,6 +260,8 @@ static const struct {
     {"free of a page's slack before its first block", case_page_slack, 1, "free(): "},
     {"free of a pointer into a segment's header", case_segment_header, 1, "free(): "},
     {"free of a pointer into a never-used slice", case_unused_slice, 1, "free(): "},
+    {"free into a freed large block's later slice", case_freed_large_tail, 1, "free(): "},
+    {"free into the slices a realloc shrink gave back", case_shrunk_large_tail, 1, "free(): "},
     {"realloc of a freed block", case_realloc_freed, 1, "realloc(): "},
     {"double free with a free in between", case_double_free_between, 1, "free(): "},
     {"double free 20 frees later", case_double_free_20_later, 1, "free(): "},
