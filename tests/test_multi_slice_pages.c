@@ -3,8 +3,9 @@
  * (src/page.c, page_block_test_set). Every block of the classes whose pages
  * span 2 and 4 slices (10-32 KiB), and every slice of a large block grown in
  * place by realloc, must pass as its page's: each block's usable size is its
- * class size (at least that with another allocator), an interior pointer in a later slice is
- * refused (in a child: the abort), and every block is freed and allocated again without one. */
+ * class size (at least that with another allocator), an interior pointer in
+ * a later slice is refused (in a child: the abort), and every block is freed
+ * and allocated again without one. */
 #include <malloc.h>
 #include <signal.h>
 #include <sys/wait.h>
