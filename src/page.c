@@ -29,7 +29,9 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
 
 void page_block_test_set(struct page *page, uint64_t inverse) {
     for (unsigned i = 0; i < page->slice_count; i++) {
-        page[i].start = page->start;
+        /* Only the owner opens a test, and only it writes `start`; a purger
+         * closing a reclaimed page writes the inverse alone. */
+        if (inverse != 0) page[i].start = page->start;
         /* relaxed: other threads' frees read it without a lock; one that
          * reads the previous value acts as one that ran a moment earlier */
         __atomic_store_n(&page[i].block_size_inverse, inverse, __ATOMIC_RELAXED);
