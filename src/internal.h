@@ -400,8 +400,7 @@ void purge_atfork_child(void) INTERNAL;
 /* ---- free.c / alloc.c ---- */
 NORETURN void report_invalid_pointer(const char *function) INTERNAL;
 /* The page of a pointer into our segments, after checking it is the start of
- * a block of an in-use page (block_offset_valid says why one test is enough;
- * a slice never part of a page, the header's included, has no descriptor). */
+ * a block of an in-use page (block_offset_valid says why one test is enough). */
 static inline struct page *page_of_block(const void *p, const char *message) {
     const struct page *slice =
         &segment_of(p)->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];

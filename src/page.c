@@ -7,10 +7,6 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     size_t area = (size_t)page->slice_count << SLICE_SHIFT;
     page->class_index = (uint8_t)class_index;
     page->block_size = (uint32_t)block_size;
-    /* A large page's one block starts at offset 0, and 1 accepts only 0: the
-     * reciprocal is exact for offsets below 2^40 / block_size (every class
-     * page), not for all of a 2 MiB block (1 MiB blocks accepted offset
-     * size - 1). */
     page->reserved = (uint32_t)(area / block_size);
     page->area_size = (uint32_t)(page->reserved * block_size);
     page->thread_free_full = (uint64_t)page->reserved << THREAD_FREE_COUNT_SHIFT;
@@ -18,6 +14,10 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
      * divides block_size), so alignment holds, and the last block ends at
      * the page's end, so free needs no range check. */
     page->start = page_slices_begin(page) + (area - page->area_size);
+    /* A large page's one block starts at offset 0, and 1 accepts only 0: the
+     * reciprocal is exact for offsets below 2^40 / block_size (every class
+     * page), not for all of a 2 MiB block (1 MiB blocks accepted offset
+     * size - 1). */
     page_block_test_set(page, class_index == LARGE_CLASS ? 1 : block_offset_inverse(block_size));
     page->capacity = 0;
     page->used = 0;
@@ -58,7 +58,9 @@ bool page_extend(struct page *page) {
     if (!reclaimed) page->capacity = (uint16_t)(from + count);
     spin_unlock(&segment->lock);
     if (reclaimed) return false;
-    if (from == 0) /* reopen the block test, which a reclaimed page closed */
+    /* reopen the block test, which a reclaimed page closed (page_init
+     * opened it on a page set up afresh) */
+    if (from == 0 && __atomic_load_n(&page->block_size_inverse, __ATOMIC_RELAXED) == 0)
         page_block_test_set(page, block_offset_inverse(page->block_size));
     char *first = (char *)page_start(page) + (size_t)from * page->block_size;
     struct block *next = page->free;

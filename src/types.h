@@ -58,7 +58,7 @@ struct block {
 struct page {
     /* Line 0: constant while the page is in use. Every free reads it, the
      * remote ones included, so nothing written per block may live here. */
-    struct page *first; /* every slice: its page's descriptor (itself or NULL when free) */
+    struct page *first; /* every slice: its page's descriptor (free: itself; never used: NULL) */
     /* The block test's two fields are copied into every slice's descriptor
      * of the page (page_block_test_set), so free reads them from the slice
      * its pointer falls in: no NULL test for a never-used slice (all zero,
