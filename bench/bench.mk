@@ -1,5 +1,7 @@
 # Benchmarks (bench/). Included by the top Makefile, which defines CC, BUILD,
-# LIB_SO and the `lib` target. The runner is bench/run.py (Python 3 stdlib).
+# LIB_SO and the `lib` target. The runner is bench/run.py (Python 3 stdlib):
+# harness.py runs and measures, suite.py is `make bench`, fast_path.py the
+# instruction and check-cost figures, release.py ebizzy and ghostscript.
 BENCH_DIR    := $(BUILD)/bench
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -pthread
 BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn pair ebizzy patterns
