@@ -91,7 +91,7 @@ def cmd_bench(args, quick):
     allocs = available_allocators(args.allocs)
     benches = [b for b in BENCHMARKS if (not quick or "quick_argv" in b)
                and (not args.only or b["name"] in args.only)]
-    reps = args.reps or (3 if quick else 5)
+    reps = args.reps or (3 if quick else 7)
     gen_dir = os.path.join(BIN, "gen")
     os.makedirs(gen_dir, exist_ok=True)
     for b in benches:
