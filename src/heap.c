@@ -541,9 +541,10 @@ bool heap_large_shrink(void *p, size_t size) {
 
 static bool wants_direct_map(size_t size) {
     return size >= OPTION(mmap_threshold) &&
-           (OPTION(mmap_max) < 0 ||
-            /* relaxed: a limit check on a statistic, glibc is no stricter */
-            atomic_load_explicit(&g_huge_count, memory_order_relaxed) < (uint64_t)OPTION(mmap_max));
+           /* 0 or less: never, as in glibc */
+           OPTION(mmap_max) > 0 &&
+           /* relaxed: a limit check on a statistic, glibc is no stricter */
+           atomic_load_explicit(&g_huge_count, memory_order_relaxed) < (uint64_t)OPTION(mmap_max);
 }
 
 /* Every allocation that the inline fast path could not serve. */

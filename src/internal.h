@@ -47,7 +47,7 @@ struct options {
     size_t trim_threshold;   /* retained free bytes kept before releasing */
     size_t top_pad;          /* extra bytes kept on top of the threshold */
     size_t mmap_threshold;   /* requests at/above this are mapped on their own */
-    int mmap_max;            /* most live direct mappings (0: never map directly) */
+    int mmap_max;            /* most live direct mappings (0 or less: never map directly) */
     bool dynamic_threshold;  /* glibc's adaptive mmap threshold still on */
     bool aggressive_madvise; /* seed 001: release free pages at once */
     bool background_purge;   /* a helper thread releases memory of idle processes */

@@ -61,7 +61,7 @@ static void checked_update(void) {
 
 static void small_limit_update(void) {
     size_t limit = OPTION(checked) ? 0 /* every malloc takes the checked slow path */
-                   : OPTION(mmap_max) == 0 || OPTION(mmap_threshold) > SMALL_MAX ? SMALL_MAX
+                   : OPTION(mmap_max) <= 0 || OPTION(mmap_threshold) > SMALL_MAX ? SMALL_MAX
                    : OPTION(mmap_threshold) == 0                                 ? 0
                                                  : OPTION(mmap_threshold) - 1;
     atomic_store_explicit(&g_small_limit, limit, memory_order_relaxed);
@@ -93,12 +93,13 @@ static int set_option(int param, long value) {
         OPTION_SET(dynamic_threshold, false);
         return 1;
     case M_MMAP_THRESHOLD:
-        if ((unsigned long)value > DEFAULT_MMAP_THRESHOLD_MAX) return 0;
+        /* glibc 2.36 takes any value: a negative int becomes a size_t too
+         * big for any request, so that nothing is mapped on its own */
         OPTION_SET(mmap_threshold, (size_t)value);
         OPTION_SET(dynamic_threshold, false);
         small_limit_update();
         return 1;
-    case M_MMAP_MAX:
+    case M_MMAP_MAX: /* 0 or less: nothing is mapped on its own, as in glibc */
         OPTION_SET(mmap_max, (int)value);
         OPTION_SET(dynamic_threshold, false);
         small_limit_update();
@@ -113,8 +114,8 @@ static int set_option(int param, long value) {
         OPTION_SET(check_action, (int)value);
         return 1;
     case M_ARENA_TEST:
-    case M_ARENA_MAX: /* one heap per thread, no arenas: accepted */
-        return value > 0;
+    case M_ARENA_MAX: /* one heap per thread, no arenas; glibc returns 1 for any value */
+        return 1;
     case M_AGGRESSIVE_MADVISE:
         if (value != 0 && value != 1) return 0;
         OPTION_SET(aggressive_madvise, value == 1);
@@ -149,9 +150,10 @@ API int TM_NAME(mallopt)(int param, int value) {
     return result;
 }
 
-/* Decimal, 0x hex or 0 octal, like strtoul; false on anything else. */
-static bool parse_number(const char *s, size_t length, long *out) {
-    unsigned long value = 0, base = 10;
+/* Decimal, 0x hex or 0 octal, like strtoul, up to 2^64 - 1; false on
+ * anything else. */
+static bool parse_number(const char *s, size_t length, uint64_t *out) {
+    uint64_t value = 0, base = 10;
     size_t i = 0;
     if (length == 0) return false;
     if (length > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X'))
@@ -169,10 +171,10 @@ static bool parse_number(const char *s, size_t length, long *out) {
             digit = (unsigned)(c - 'A' + 10);
         else
             return false;
-        if (digit >= base || value > (0x7fffffffUL - digit) / base) return false;
+        if (digit >= base || value > (UINT64_MAX - digit) / base) return false;
         value = value * base + digit;
     }
-    *out = (long)value;
+    *out = value;
     return true;
 }
 
@@ -182,38 +184,43 @@ struct tunable {
     const char *tunable_name; /* glibc.malloc.<name>, or NULL */
     int param;                /* mallopt parameter it maps to, TUNABLE_HUGETLB, or 0:
                                  accepted, no effect */
+    uint64_t min, max;        /* glibc's bounds (elf/dl-tunables.list): a value
+                                 outside them is ignored, as there */
 };
 /* glibc.malloc.hugetlb has no mallopt parameter: it is read at start-up only. */
 #define TUNABLE_HUGETLB (-1000)
 
+#define ANY_SIZE 0, UINT64_MAX
 static const struct tunable tunables[] = {
-    {"MALLOC_TRIM_THRESHOLD_", "trim_threshold", M_TRIM_THRESHOLD},
-    {"MALLOC_TOP_PAD_", "top_pad", M_TOP_PAD},
-    {"MALLOC_MMAP_THRESHOLD_", "mmap_threshold", M_MMAP_THRESHOLD},
-    {"MALLOC_MMAP_MAX_", "mmap_max", M_MMAP_MAX},
-    {"MALLOC_PERTURB_", "perturb", M_PERTURB},
-    {"MALLOC_CHECK_", "check", M_CHECK_ACTION},
-    {"MALLOC_ARENA_MAX", "arena_max", M_ARENA_MAX},
-    {"MALLOC_ARENA_TEST", "arena_test", M_ARENA_TEST},
-    {NULL, "mxfast", M_MXFAST},
-    {NULL, "tcache_max", 0},
-    {NULL, "tcache_count", 0},
-    {NULL, "tcache_unsorted_limit", 0},
-    {NULL, "hugetlb", TUNABLE_HUGETLB},
-    {"MALLOC_AGGRESSIVE_MADVISE_", "aggressive_madvise", M_AGGRESSIVE_MADVISE},
-    {"TIDEMALLOC_PURGE_DELAY_MS", NULL, M_PURGE_DELAY_MS},
-    {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE},
-    {"TIDEMALLOC_RETAIN_PERCENT", NULL, M_RETAIN_PERCENT},
-    {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE},
+    {"MALLOC_TRIM_THRESHOLD_", "trim_threshold", M_TRIM_THRESHOLD, ANY_SIZE},
+    {"MALLOC_TOP_PAD_", "top_pad", M_TOP_PAD, ANY_SIZE},
+    {"MALLOC_MMAP_THRESHOLD_", "mmap_threshold", M_MMAP_THRESHOLD, ANY_SIZE},
+    {"MALLOC_MMAP_MAX_", "mmap_max", M_MMAP_MAX, 0, INT32_MAX},
+    {"MALLOC_PERTURB_", "perturb", M_PERTURB, 0, 0xff},
+    {"MALLOC_CHECK_", "check", M_CHECK_ACTION, 0, 3},
+    {"MALLOC_ARENA_MAX", "arena_max", M_ARENA_MAX, 1, UINT64_MAX},
+    {"MALLOC_ARENA_TEST", "arena_test", M_ARENA_TEST, 1, UINT64_MAX},
+    {NULL, "mxfast", M_MXFAST, ANY_SIZE},
+    {NULL, "tcache_max", 0, ANY_SIZE},
+    {NULL, "tcache_count", 0, ANY_SIZE},
+    {NULL, "tcache_unsorted_limit", 0, ANY_SIZE},
+    {NULL, "hugetlb", TUNABLE_HUGETLB, ANY_SIZE},
+    /* ours: set_option checks their ranges */
+    {"MALLOC_AGGRESSIVE_MADVISE_", "aggressive_madvise", M_AGGRESSIVE_MADVISE, 0, 1},
+    {"TIDEMALLOC_PURGE_DELAY_MS", NULL, M_PURGE_DELAY_MS, 0, 3600000},
+    {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE, 0, 1},
+    {"TIDEMALLOC_RETAIN_PERCENT", NULL, M_RETAIN_PERCENT, 0, 10000},
+    {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE, 0, 1},
 };
 
-static void apply(int param, const char *value, size_t length) {
-    long number;
-    if (param == 0 || !parse_number(value, length, &number)) return;
-    if (param == TUNABLE_HUGETLB)
-        os_huge_pages_configure((uint64_t)number);
+static void apply(const struct tunable *t, const char *value, size_t length) {
+    uint64_t number;
+    if (t->param == 0 || !parse_number(value, length, &number)) return;
+    if (number < t->min || number > t->max) return;
+    if (t->param == TUNABLE_HUGETLB)
+        os_huge_pages_configure(number);
     else
-        set_option(param, number);
+        set_option(t->param, (long)number); /* a size_t past LONG_MAX converts back */
 }
 
 static void parse_glibc_tunables(const char *s) {
@@ -232,7 +239,7 @@ static void parse_glibc_tunables(const char *s) {
             for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++) {
                 const char *t = tunables[i].tunable_name;
                 if (t && strlen(t) == name_length && memcmp(t, name, name_length) == 0)
-                    apply(tunables[i].param, eq + 1, (size_t)(end - eq - 1));
+                    apply(&tunables[i], eq + 1, (size_t)(end - eq - 1));
             }
         }
         s = *end ? end + 1 : end;
@@ -263,7 +270,7 @@ void options_init_from_environment(void) {
             if (name == NULL) continue;
             size_t n = strlen(name);
             if (strncmp(entry, name, n) == 0 && entry[n] == '=')
-                apply(tunables[i].param, entry + n + 1, strlen(entry + n + 1));
+                apply(&tunables[i], entry + n + 1, strlen(entry + n + 1));
         }
     }
     /* Secure mode is chosen once, before any block has its layout. */

@@ -164,6 +164,12 @@ run tunables-bad-glibc-tunables \
   -- rel_tunables defaults
 run tunables-glibc-tunables-mmap64k GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536 -- rel_tunables small64k
 run tunables-env-mmap64k MALLOC_MMAP_THRESHOLD_=65536 -- rel_tunables small64k
+run tunables-env-mmap-over-32mib MALLOC_MMAP_THRESHOLD_=33554433 -- rel_tunables unmapped
+run tunables-glibc-tunables-mmap-4gib GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967296 \
+  -- rel_tunables unmapped
+run tunables-mmap-max-out-of-range GLIBC_TUNABLES=glibc.malloc.mmap_max=4294967297 -- rel_tunables defaults
+run tunables-perturb-out-of-range MALLOC_PERTURB_=257 -- rel_tunables perturb 11
+run tunables-perturb-in-range MALLOC_PERTURB_=1 -- rel_tunables perturb fe
 run tunables-mallopt-tiny-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables tiny
 run tunables-dynamic-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables dynamic
 run tunables-fixed-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables fixed

@@ -1,6 +1,17 @@
 /* Issue 3 must-deliver 2: glibc's tunables with glibc's semantics.
- *   rel_tunables range        mallopt(M_MMAP_THRESHOLD, 32 MiB + 1) and (-1)
- *                             return 0 and change nothing; 32 MiB returns 1
+ *   rel_tunables range        glibc 2.36's mallopt: M_MMAP_THRESHOLD takes any
+ *                             value (32 MiB + 1: a 200 KiB block is not mapped;
+ *                             -1: a 40 MiB block is kept when freed), M_ARENA_MAX
+ *                             and M_ARENA_TEST return 1 for 0 and -1, and
+ *                             M_MMAP_MAX -1 maps nothing on its own (older
+ *                             glibc refused thresholds over 32 MiB; 2.36 does not)
+ *   rel_tunables unmapped     run with a threshold over 32 MiB from the
+ *                             environment: neither a 200 KiB nor a 1 MiB block
+ *                             is a direct mapping
+ *   rel_tunables perturb XX   a freed block filled with 0x11 and taken again
+ *                             reads XX (hex) at byte 50: 11 when MALLOC_PERTURB_
+ *                             is out of glibc's range (0-255) and ignored, fe
+ *                             for MALLOC_PERTURB_=1
  *   rel_tunables defaults     the default thresholds hold: a 200 KiB block is
  *                             a direct mapping (mmap on malloc, munmap on free).
  *                             The suite runs it under bad values
@@ -66,30 +77,71 @@ static void warm_up(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 2) {
-        fprintf(stderr, "usage: rel_tunables range|defaults|small64k|tiny|dynamic|fixed\n");
+    if (argc < 2 || argc > 3) {
+        fprintf(stderr,
+                "usage: rel_tunables range|defaults|unmapped|perturb XX|small64k|tiny|dynamic|fixed\n");
         return 2;
     }
     const char *mode = argv[1];
     warm_up();
     struct delta m, f;
     if (strcmp(mode, "range") == 0) {
-        int too_big = mallopt(M_MMAP_THRESHOLD, 33554433);
-        int negative = mallopt(M_MMAP_THRESHOLD, -1);
-        /* Still the default (dynamic) threshold: a 200 KiB block is mapped. */
+        int over_32mib = mallopt(M_MMAP_THRESHOLD, 33554433);
         map_cycle(200 * 1024, &m, &f, 0, NULL);
-        int max_ok = mallopt(M_MMAP_THRESHOLD, 33554432);
-        REL_FIGURES("mallopt_32MiB_plus_1=%d mallopt_minus_1=%d mallopt_32MiB=%d "
-                    "200KiB_mmap=%llu 200KiB_munmap=%llu",
-                    too_big, negative, max_ok, (unsigned long long)m.mmap,
-                    (unsigned long long)f.munmap);
-        REL_CHECK(too_big == 0, "mallopt(M_MMAP_THRESHOLD, 33554433) returned %d, expected 0",
-                  too_big);
-        REL_CHECK(negative == 0, "mallopt(M_MMAP_THRESHOLD, -1) returned %d, expected 0", negative);
-        REL_CHECK(m.huge == 1 && m.mmap == 1 && f.munmap == 1,
-                  "a rejected mallopt changed the threshold: 200 KiB block mmap %llu munmap %llu",
-                  (unsigned long long)m.mmap, (unsigned long long)f.munmap);
-        REL_CHECK(max_ok == 1, "mallopt(M_MMAP_THRESHOLD, 32 MiB) returned %d, expected 1", max_ok);
+        int negative = mallopt(M_MMAP_THRESHOLD, -1);
+        struct delta m2, f2, m3, f3, m4, f4;
+        map_cycle((size_t)40 << 20, &m2, &f2, 0, NULL);
+        int arenas = mallopt(M_ARENA_MAX, 0) + mallopt(M_ARENA_MAX, -1) +
+                     mallopt(M_ARENA_TEST, 0) + mallopt(M_ARENA_TEST, -1);
+        REL_CHECK(mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1, "mallopt(M_MMAP_THRESHOLD) failed");
+        int no_mmaps = mallopt(M_MMAP_MAX, -1);
+        map_cycle(200 * 1024, &m3, &f3, 0, NULL);
+        REL_CHECK(mallopt(M_MMAP_MAX, 65536) == 1, "mallopt(M_MMAP_MAX, 65536) failed");
+        map_cycle(200 * 1024, &m4, &f4, 0, NULL);
+        REL_FIGURES("mallopt_32MiB_plus_1=%d 200KiB_direct=%llu mallopt_minus_1=%d "
+                    "40MiB_munmap_on_free=%llu arena_calls_ok=%d mmap_max_minus_1=%d "
+                    "200KiB_direct_no_mmaps=%llu 200KiB_direct_after=%llu",
+                    over_32mib, (unsigned long long)m.huge, negative,
+                    (unsigned long long)f2.munmap, arenas, no_mmaps, (unsigned long long)m3.huge,
+                    (unsigned long long)m4.huge);
+        REL_CHECK(over_32mib == 1, "mallopt(M_MMAP_THRESHOLD, 33554433) returned %d, expected 1",
+                  over_32mib);
+        REL_CHECK(m.huge == 0 && f.munmap == 0,
+                  "a 200 KiB block below a 32 MiB + 1 threshold was mapped (direct %llu, munmap "
+                  "%llu)",
+                  (unsigned long long)m.huge, (unsigned long long)f.munmap);
+        REL_CHECK(negative == 1, "mallopt(M_MMAP_THRESHOLD, -1) returned %d, expected 1", negative);
+        REL_CHECK(f2.munmap == 0, "with the threshold at -1 a 40 MiB block was unmapped on free");
+        REL_CHECK(arenas == 4, "M_ARENA_MAX/M_ARENA_TEST with 0 and -1: %d of 4 returned 1", arenas);
+        REL_CHECK(no_mmaps == 1, "mallopt(M_MMAP_MAX, -1) returned %d, expected 1", no_mmaps);
+        REL_CHECK(m3.huge == 0 && f3.munmap == 0,
+                  "M_MMAP_MAX -1: a 200 KiB block was mapped on its own (direct %llu)",
+                  (unsigned long long)m3.huge);
+        REL_CHECK(m4.huge == 1 && f4.munmap == 1,
+                  "M_MMAP_MAX back at 65536: the 200 KiB block was not mapped (direct %llu)",
+                  (unsigned long long)m4.huge);
+    } else if (strcmp(mode, "unmapped") == 0) {
+        struct delta m2, f2;
+        map_cycle(200 * 1024, &m, &f, 0, NULL);
+        map_cycle((size_t)1 << 20, &m2, &f2, 0, NULL);
+        REL_FIGURES("200KiB_direct=%llu 1MiB_direct=%llu", (unsigned long long)m.huge,
+                    (unsigned long long)m2.huge);
+        REL_CHECK(m.huge == 0 && m2.huge == 0 && f.munmap == 0 && f2.munmap == 0,
+                  "threshold over 32 MiB from the environment not in force: 200 KiB direct %llu, "
+                  "1 MiB direct %llu",
+                  (unsigned long long)m.huge, (unsigned long long)m2.huge);
+    } else if (strcmp(mode, "perturb") == 0) {
+        unsigned expected = argc == 3 ? (unsigned)strtoul(argv[2], NULL, 16) : 0x11;
+        unsigned char *p = malloc(100);
+        REL_CHECK(p != NULL, "malloc(100) failed");
+        memset(p, 0x11, 100);
+        free(p);
+        unsigned char *q = malloc(100);
+        REL_CHECK(q == p, "malloc(100) did not take the block just freed");
+        REL_FIGURES("byte50=%02x expected=%02x", q[50], expected);
+        REL_CHECK(q[50] == expected, "byte 50 of the block taken again reads %02x, expected %02x",
+                  q[50], expected);
+        free(q);
     } else if (strcmp(mode, "defaults") == 0) {
         map_cycle(200 * 1024, &m, &f, 0, NULL);
         void *q = calloc(1000, 100);
