@@ -56,7 +56,7 @@ struct options {
     bool print_stats;        /* TIDEMALLOC_STATS=1: summary at exit */
     uint32_t purge_delay_ms; /* how long free memory stays before release */
     uint32_t retain_percent; /* free slices kept past the threshold: % of in use (0: off) */
-    int perturb;             /* MALLOC_PERTURB_ byte (0: off) */
+    int perturb;             /* MALLOC_PERTURB_ value (0: off); its low byte fills */
     int check_action;        /* MALLOC_CHECK_ value; 3 turns on secure mode */
     bool secure;             /* canaries, free fill checked on reuse, guard pages */
     bool checked;            /* secure or perturb: all calls take check.c's paths */

@@ -107,7 +107,9 @@ static int set_option(int param, long value) {
     case M_MXFAST: /* no fastbins here; glibc's range check is kept */
         return value >= 0 && value <= 160;
     case M_PERTURB:
-        OPTION_SET(perturb, (int)value & 0xff);
+        /* the whole int, as glibc: 256 perturbs (fills 0xff, then 0), only the
+         * bytes written are its low eight bits */
+        OPTION_SET(perturb, (int)value);
         checked_update();
         return 1;
     case M_CHECK_ACTION:

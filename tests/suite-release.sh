@@ -170,6 +170,7 @@ run tunables-glibc-tunables-mmap-4gib GLIBC_TUNABLES=glibc.malloc.mmap_threshold
 run tunables-mmap-max-out-of-range GLIBC_TUNABLES=glibc.malloc.mmap_max=4294967297 -- rel_tunables defaults
 run tunables-perturb-out-of-range MALLOC_PERTURB_=257 -- rel_tunables perturb 11
 run tunables-perturb-in-range MALLOC_PERTURB_=1 -- rel_tunables perturb fe
+run tunables-perturb-mallopt-256 TIDEMALLOC_UNUSED=1 -- rel_tunables perturb ff 256
 run tunables-mallopt-tiny-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables tiny
 run tunables-dynamic-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables dynamic
 run tunables-fixed-threshold TIDEMALLOC_UNUSED=1 -- rel_tunables fixed

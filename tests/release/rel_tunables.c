@@ -11,7 +11,9 @@
  *   rel_tunables perturb XX   a freed block filled with 0x11 and taken again
  *                             reads XX (hex) at byte 50: 11 when MALLOC_PERTURB_
  *                             is out of glibc's range (0-255) and ignored, fe
- *                             for MALLOC_PERTURB_=1
+ *                             for MALLOC_PERTURB_=1; with a third argument N,
+ *                             mallopt(M_PERTURB, N) first (256: ff, as glibc,
+ *                             whose perturb byte is the whole int)
  *   rel_tunables defaults     the default thresholds hold: a 200 KiB block is
  *                             a direct mapping (mmap on malloc, munmap on free).
  *                             The suite runs it under bad values
@@ -77,7 +79,7 @@ static void warm_up(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || argc > 3) {
+    if (argc < 2 || argc > 4) {
         fprintf(stderr,
                 "usage: rel_tunables range|defaults|unmapped|perturb XX|small64k|tiny|dynamic|fixed\n");
         return 2;
@@ -131,7 +133,10 @@ int main(int argc, char **argv) {
                   "1 MiB direct %llu",
                   (unsigned long long)m.huge, (unsigned long long)m2.huge);
     } else if (strcmp(mode, "perturb") == 0) {
-        unsigned expected = argc == 3 ? (unsigned)strtoul(argv[2], NULL, 16) : 0x11;
+        unsigned expected = argc >= 3 ? (unsigned)strtoul(argv[2], NULL, 16) : 0x11;
+        if (argc == 4)
+            REL_CHECK(mallopt(M_PERTURB, atoi(argv[3])) == 1, "mallopt(M_PERTURB, %s) failed",
+                      argv[3]);
         unsigned char *p = malloc(100);
         REL_CHECK(p != NULL, "malloc(100) failed");
         memset(p, 0x11, 100);
