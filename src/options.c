@@ -255,10 +255,7 @@ void options_init_from_environment(void) {
     if (env == NULL) return;
     for (; *env; env++) {
         const char *entry = *env;
-        if (strncmp(entry, "GLIBC_TUNABLES=", 15) == 0) {
-            parse_glibc_tunables(entry + 15);
-            continue;
-        }
+        if (strncmp(entry, "GLIBC_TUNABLES=", 15) == 0) continue; /* below */
         if (strncmp(entry, "TIDEMALLOC_SECURE=", 18) == 0) {
             g_options.secure = entry[18] != '\0' && entry[18] != '0';
             continue;
@@ -275,6 +272,12 @@ void options_init_from_environment(void) {
                 apply(&tunables[i], entry + n + 1, strlen(entry + n + 1));
         }
     }
+    /* GLIBC_TUNABLES wins over an alias such as MALLOC_MMAP_THRESHOLD_
+     * wherever each stands in the environment, as in glibc (which skips an
+     * alias whose tunable is set already, and lets GLIBC_TUNABLES override
+     * one set before it): so it is read last. */
+    for (env = environ; *env; env++)
+        if (strncmp(*env, "GLIBC_TUNABLES=", 15) == 0) parse_glibc_tunables(*env + 15);
     /* Secure mode is chosen once, before any block has its layout. */
     g_options.secure = g_options.secure || OPTION(check_action) == 3;
     checked_update();

@@ -164,6 +164,12 @@ run tunables-bad-glibc-tunables \
   -- rel_tunables defaults
 run tunables-glibc-tunables-mmap64k GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536 -- rel_tunables small64k
 run tunables-env-mmap64k MALLOC_MMAP_THRESHOLD_=65536 -- rel_tunables small64k
+# GLIBC_TUNABLES wins over the alias wherever each stands (env adds them in
+# this order: the alias comes last), as in glibc
+run tunables-glibc-tunables-over-alias GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536 \
+  MALLOC_MMAP_THRESHOLD_=1048576 -- rel_tunables small64k
+run tunables-glibc-tunables-over-alias-before MALLOC_MMAP_THRESHOLD_=1048576 \
+  GLIBC_TUNABLES=glibc.malloc.mmap_threshold=65536 -- rel_tunables small64k
 run tunables-env-mmap-over-32mib MALLOC_MMAP_THRESHOLD_=33554433 -- rel_tunables unmapped
 run tunables-glibc-tunables-mmap-4gib GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4294967296 \
   -- rel_tunables unmapped
