@@ -207,12 +207,13 @@ static const struct tunable tunables[] = {
     {NULL, "tcache_count", 0, ANY_SIZE},
     {NULL, "tcache_unsorted_limit", 0, ANY_SIZE},
     {NULL, "hugetlb", TUNABLE_HUGETLB, ANY_SIZE},
-    /* ours: set_option checks their ranges */
-    {"MALLOC_AGGRESSIVE_MADVISE_", "aggressive_madvise", M_AGGRESSIVE_MADVISE, 0, 1},
-    {"TIDEMALLOC_PURGE_DELAY_MS", NULL, M_PURGE_DELAY_MS, 0, 3600000},
-    {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE, 0, 1},
-    {"TIDEMALLOC_RETAIN_PERCENT", NULL, M_RETAIN_PERCENT, 0, 10000},
-    {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE, 0, 1},
+    /* ours: set_option checks their ranges (a value past LONG_MAX reads as
+     * negative there and is refused) */
+    {"MALLOC_AGGRESSIVE_MADVISE_", "aggressive_madvise", M_AGGRESSIVE_MADVISE, ANY_SIZE},
+    {"TIDEMALLOC_PURGE_DELAY_MS", NULL, M_PURGE_DELAY_MS, ANY_SIZE},
+    {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE, ANY_SIZE},
+    {"TIDEMALLOC_RETAIN_PERCENT", NULL, M_RETAIN_PERCENT, ANY_SIZE},
+    {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE, ANY_SIZE},
 };
 
 static void apply(const struct tunable *t, const char *value, size_t length) {
