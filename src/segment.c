@@ -35,9 +35,24 @@ struct spin_lock g_abandoned_lock = SPIN_LOCK_INIT;
  * stores so that abandoned_pop may peek without it */
 static struct segment *abandoned_list;
 struct spin_lock g_segment_cache_lock = SPIN_LOCK_INIT;
-static struct segment *segment_cache; /* empty segments kept for reuse (cache lock) */
-static unsigned segment_cache_count;  /* cache lock */
-#define SEGMENT_CACHE_MAX 16
+/* Empty segments kept for reuse (cache lock), in two lists. Those on
+ * segment_cache, at most SEGMENT_CACHE_MAX, keep their memory: a thread that
+ * comes next reuses it without a fault, so they are taken first. Past them,
+ * up to SEGMENT_CACHE_CLEAN_MAX more are released at once (madvise) and go
+ * on segment_cache_released with only their address range, so that a wave
+ * of threads that exit together and the wave after them reuse mappings
+ * instead of each unmapping and mapping 4 MiB: munmap and mmap take the
+ * kernel's mmap lock for writing, and 200 threads doing so at once spent
+ * most of their run waiting for it (docs/tuning.md). A clean one goes back
+ * to the kernel once it has stayed unused for the purge delay
+ * (segment_cache_trim). */
+struct segment_cache_list {
+    struct segment *head; /* linked through `next` */
+    unsigned count;
+};
+static struct segment_cache_list segment_cache, segment_cache_released;
+#define SEGMENT_CACHE_MAX       16
+#define SEGMENT_CACHE_CLEAN_MAX 1024
 
 _Atomic uint64_t g_segment_count;
 _Atomic uint64_t g_retained_bytes;
@@ -204,17 +219,31 @@ void segments_mark_slow_frees(bool slow) {
     spin_unlock(&g_registry_lock);
 }
 
+static struct segment *cache_list_pop(struct segment_cache_list *list) {
+    struct segment *segment = list->head;
+    if (segment) {
+        list->head = segment->next;
+        list->count--;
+    }
+    return segment;
+}
+
+static void cache_list_push(struct segment_cache_list *list, struct segment *segment,
+                            uint32_t now) {
+    segment->cached_ms = now;
+    segment->next = list->head;
+    list->head = segment;
+    list->count++;
+}
+
 /* A heap needs room: adopt an abandoned segment, reuse a cached one, or map. */
 struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
     struct segment *segment = source == SEGMENT_ANY ? segment_try_adopt(heap) : NULL;
     if (segment) return segment;
     if (source != SEGMENT_NEW) {
         spin_lock(&g_segment_cache_lock);
-        segment = segment_cache;
-        if (segment) {
-            segment_cache = segment->next;
-            segment_cache_count--;
-        }
+        segment = cache_list_pop(&segment_cache);
+        if (segment == NULL) segment = cache_list_pop(&segment_cache_released);
         spin_unlock(&g_segment_cache_lock);
     }
     if (segment == NULL) segment = segment_create();
@@ -490,46 +519,71 @@ void segment_release_empty(struct heap *heap, struct segment *segment) {
     bool keep = !OPTION(aggressive_madvise);
     if (keep) {
         spin_lock(&g_segment_cache_lock);
-        keep = segment_cache_count < SEGMENT_CACHE_MAX;
-        if (keep) {
-            segment->next = segment_cache;
-            segment_cache = segment;
-            segment_cache_count++;
-        }
+        bool release = segment_cache.count >= SEGMENT_CACHE_MAX;
+        spin_unlock(&g_segment_cache_lock);
+        /* Before it is in the cache, where another thread could take it,
+         * empty it and have it destroyed under a purge that is not holding
+         * the registry lock. Passes may purge it meanwhile: the segment lock
+         * keeps each slice to one of them. */
+        uint32_t now = clock_ms();
+        if (release) segment_purge_now(segment, now);
+        spin_lock(&g_segment_cache_lock);
+        /* a segment not released here (the count rose meanwhile) waits on
+         * the second list for the passes, as any retained memory */
+        if (!release && segment_cache.count < SEGMENT_CACHE_MAX)
+            cache_list_push(&segment_cache, segment, now);
+        else if (segment_cache_released.count < SEGMENT_CACHE_CLEAN_MAX)
+            cache_list_push(&segment_cache_released, segment, now);
+        else
+            keep = false;
         spin_unlock(&g_segment_cache_lock);
     }
     if (!keep) segment_destroy(segment);
 }
 
-/* Unmaps cached empty segments: all of them, or those fully purged already
- * (they hold no memory, only address space). Returns true if any went. */
-bool segment_cache_trim(bool everything, uint32_t now) {
-    (void)now;
-    bool released = false;
-    for (;;) {
-        struct segment *victim = NULL;
-        spin_lock(&g_segment_cache_lock);
-        /* keep a few clean segments mapped: reusing them costs no syscall */
-        bool keep_rest = !everything && segment_cache_count <= SEGMENT_CACHE_MAX / 4;
-        for (struct segment **link = &segment_cache; *link && !keep_rest; link = &(*link)->next) {
-            struct segment *s = *link;
-            /* no purger can be at work on it: passes hold the registry lock,
-             * which segment_destroy needs too */
-            spin_lock(&s->lock);
-            bool clean = (s->dirty_slices & s->free_slices & ~(uint64_t)1) == 0;
-            spin_unlock(&s->lock);
-            if (everything || clean) {
-                *link = s->next;
-                segment_cache_count--;
-                victim = s;
-                break;
-            }
+/* Moves to *victims the segments of `list` to unmap: all of them
+ * (everything), or clean ones that have stayed unused for the purge delay,
+ * while the cache holds more than a few. Cache lock held. */
+static void cache_list_trim(struct segment_cache_list *list, bool everything, uint32_t now,
+                            struct segment **victims) {
+    for (struct segment **link = &list->head;
+         *link && (everything ||
+                   segment_cache.count + segment_cache_released.count > SEGMENT_CACHE_MAX / 4);) {
+        struct segment *s = *link;
+        /* no purger can be at work on it: passes hold the registry lock,
+         * which segment_destroy needs too */
+        spin_lock(&s->lock);
+        bool clean = (s->dirty_slices & s->free_slices & ~(uint64_t)1) == 0;
+        spin_unlock(&s->lock);
+        if (everything ||
+            (clean && (uint32_t)(now - s->cached_ms) >= (uint32_t)OPTION(purge_delay_ms))) {
+            *link = s->next;
+            list->count--;
+            s->next = *victims;
+            *victims = s;
+        } else {
+            link = &s->next;
         }
-        spin_unlock(&g_segment_cache_lock);
-        if (victim == NULL) return released;
-        segment_destroy(victim);
-        released = true;
     }
+}
+
+/* Unmaps cached empty segments: all of them, or those fully purged already
+ * (they hold no memory, only address space) that have stayed unused for the
+ * purge delay, keeping a few mapped: reusing them costs no syscall. Returns
+ * true if any went. */
+bool segment_cache_trim(bool everything, uint32_t now) {
+    struct segment *victims = NULL;
+    spin_lock(&g_segment_cache_lock);
+    cache_list_trim(&segment_cache_released, everything, now, &victims);
+    cache_list_trim(&segment_cache, everything, now, &victims);
+    spin_unlock(&g_segment_cache_lock);
+    bool released = victims != NULL;
+    while (victims) {
+        struct segment *s = victims;
+        victims = s->next;
+        segment_destroy(s);
+    }
+    return released;
 }
 
 /* The lowest run of adjacent set bits of m (not 0). */

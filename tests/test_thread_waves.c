@@ -1,0 +1,82 @@
+/* Waves of threads that are alive together: each wave of WAVE threads
+ * allocates blocks of many size classes, waits for the whole wave, frees and
+ * exits. With tidemalloc, the waves after the first reuse the first wave's
+ * segments: no mmap and no munmap of ours (each of those takes the kernel's
+ * mmap lock for writing, and 200 threads a wave spent most of their run
+ * waiting for it), and no growth of RSS or of mapped bytes. Every block's
+ * contents are checked before it is freed. */
+#include <malloc.h>
+#include <pthread.h>
+
+#include "common.h"
+
+#define WAVE   100
+#define WAVES  6
+#define BLOCKS 48
+#define MB     ((size_t)1 << 20)
+
+static pthread_barrier_t barrier;
+
+static void *worker(void *arg) {
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    void *blocks[BLOCKS];
+    size_t sizes[BLOCKS];
+    for (int i = 0; i < BLOCKS; i++) {
+        seed = seed * 1103515245u + 12345u;
+        /* many classes, and a few large pages (under the 128 KiB mmap threshold) */
+        sizes[i] = i % 16 == 15 ? 40000 + (seed >> 8) % 80000 : 1 + (seed >> 8) % 4000;
+        blocks[i] = malloc(sizes[i]);
+        if (!blocks[i]) return NULL;
+        pat_fill(blocks[i], sizes[i]);
+    }
+    pthread_barrier_wait(&barrier);
+    for (int i = 0; i < BLOCKS; i++) {
+        if (pat_check(blocks[i], sizes[i]) != (size_t)-1) return NULL;
+        free(blocks[i]);
+    }
+    return arg;
+}
+
+static void run_wave(int wave) {
+    pthread_t t[WAVE];
+    for (int k = 0; k < WAVE; k++) {
+        uintptr_t id = (uintptr_t)(wave * WAVE + k + 1);
+        int rc = pthread_create(&t[k], NULL, worker, (void *)id);
+        CHECKF(rc == 0, "pthread_create failed (%d) in wave %d", rc, wave);
+    }
+    for (int k = 0; k < WAVE; k++) {
+        void *res = NULL;
+        CHECK(pthread_join(t[k], &res) == 0);
+        CHECKF(res != NULL, "a thread of wave %d saw a failed malloc or a corrupted block", wave);
+    }
+}
+
+int main(void) {
+    tm_stats_fn st = tm_stats_required_if_expected();
+    /* A cached segment unused for the purge delay is unmapped: under a
+     * loaded machine the waves may take longer than the default 1 s. */
+    if (st) CHECK(mallopt(M_PURGE_DELAY_MS, 60000) == 1);
+    CHECK(pthread_barrier_init(&barrier, NULL, WAVE) == 0);
+    run_wave(0);
+    struct tidemalloc_stats first = {0}, last = {0};
+    if (st) st(&first);
+    size_t rss_first = rss_bytes();
+    for (int wave = 1; wave < WAVES; wave++)
+        run_wave(wave);
+    size_t rss_last = rss_bytes();
+    CHECKF(rss_last <= rss_first + 8 * MB, "RSS grew from %zu to %zu bytes over %d waves",
+           rss_first, rss_last, WAVES - 1);
+    if (st) {
+        st(&last);
+        CHECKF(last.mmap_calls == first.mmap_calls && last.munmap_calls == first.munmap_calls,
+               "waves 2-%d made %llu mmap and %llu munmap calls (the first wave's segments "
+               "should have been reused)",
+               WAVES, (unsigned long long)(last.mmap_calls - first.mmap_calls),
+               (unsigned long long)(last.munmap_calls - first.munmap_calls));
+        CHECKF(last.bytes_mapped <= first.bytes_mapped, "bytes_mapped grew from %llu to %llu",
+               (unsigned long long)first.bytes_mapped, (unsigned long long)last.bytes_mapped);
+    }
+    printf("ok: %d waves of %d threads, RSS %.1f -> %.1f MiB\n", WAVES, WAVE,
+           rss_first / (double)MB, rss_last / (double)MB);
+    return 0;
+}
