@@ -5,7 +5,9 @@
  * the src/ files compiled -DTIDEMALLOC_PREFIX (tm_malloc...).
  *   mt_tsan core [rounds]   cross-thread frees through shared slots, realloc,
  *                           every allocation function, thread churn (threads
- *                           that exit while others hold their blocks, and
+ *                           that exit while others hold their blocks, in
+ *                           pairs and in waves of 24 that overflow the
+ *                           segment cache, and
  *                           allocate in key destructors after their heap is
  *                           gone), concurrent malloc_trim
  *   mt_tsan stats [rounds]  the same, plus a thread calling mallinfo2,
@@ -192,14 +194,18 @@ static void *short_lived(void *arg) {
     return NULL;
 }
 
+/* Pairs of short-lived threads, and every fourth round a wave of 24: more
+ * empty segments than the cache keeps with their memory, so some are
+ * released as they enter it while the workers' frees run purge passes. */
 static void *churn(void *arg) {
     unsigned rounds = (unsigned)(uintptr_t)arg;
     for (unsigned round = 0; round < rounds; round++) {
-        pthread_t t[2];
-        for (int k = 0; k < 2; k++)
-            if (pthread_create(&t[k], NULL, short_lived, (void *)(uintptr_t)(round * 2 + (unsigned)k + 1)))
+        pthread_t t[24];
+        int wave = round % 4 == 3 ? 24 : 2;
+        for (int k = 0; k < wave; k++)
+            if (pthread_create(&t[k], NULL, short_lived, (void *)(uintptr_t)(round * 24 + (unsigned)k + 1)))
                 DIE("pthread_create");
-        for (int k = 0; k < 2; k++) pthread_join(t[k], NULL);
+        for (int k = 0; k < wave; k++) pthread_join(t[k], NULL);
     }
     return NULL;
 }
