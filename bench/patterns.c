@@ -9,6 +9,8 @@
  *   patterns threads N OBJS CLASSES      N threads each hold OBJS small blocks
  *                                        over CLASSES size classes; prints the
  *                                        process's RssAnon while all hold them
+ *   patterns aligned ALIGN ROUNDS        ROUNDS times, 256 posix_memalign(ALIGN)
+ *                                        blocks of 16-515 bytes, then frees
  *
  * Fixed work and fixed seeds; the time is the caller's to take (bench/run.py,
  * /usr/bin/time), so the program prints only a checksum (and, for threads,
@@ -96,6 +98,24 @@ static int threads(long n, long objs, long classes) {
     return 0;
 }
 
+static int aligned(long alignment, long rounds) {
+    void *blocks[256];
+    uint64_t sum = 0;
+    for (long r = 0; r < rounds; r++) {
+        for (int i = 0; i < 256; i++) {
+            if (posix_memalign(&blocks[i], (size_t)alignment, 16 + (size_t)(i * 13 + r) % 500))
+                return 1;
+            ((unsigned char *)blocks[i])[0] = (unsigned char)i;
+        }
+        for (int i = 0; i < 256; i++) {
+            sum += ((unsigned char *)blocks[i])[0];
+            free(blocks[i]);
+        }
+    }
+    printf("aligned sum=%llu\n", (unsigned long long)sum);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     if (strcmp(what, "realloc-grow") == 0)
@@ -106,7 +126,9 @@ int main(int argc, char **argv) {
     if (strcmp(what, "threads") == 0)
         return threads(arg_long(argc, argv, 2, 500), arg_long(argc, argv, 3, 100),
                        arg_long(argc, argv, 4, 8));
+    if (strcmp(what, "aligned") == 0)
+        return aligned(arg_long(argc, argv, 2, 64), arg_long(argc, argv, 3, 40000));
     fprintf(stderr, "usage: patterns realloc-grow MIB STEP REPS | large-heap LIVE STEPS | "
-                    "threads N OBJS CLASSES\n");
+                    "threads N OBJS CLASSES | aligned ALIGN ROUNDS\n");
     return 2;
 }
