@@ -194,8 +194,8 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
                                                                    : os_map_block(map_size));
         if (base == 0) {
             /* Memory is short (RLIMIT_AS, overcommit): give cached mappings
-             * and cached empty segments (up to 64 MiB of address space) back
-             * and try once more. */
+             * (up to 64 MiB) and cached empty segments (up to 1040, 4 MiB of
+             * address space each) back and try once more. */
             bool freed = huge_cache_trim(true, 0);
             freed |= segment_cache_trim(true, 0);
             if (freed) base = (uintptr_t)os_map_block(map_size);

@@ -236,6 +236,20 @@ static void cache_list_push(struct segment_cache_list *list, struct segment *seg
     list->count++;
 }
 
+/* Yields a page allocation waits for a purge releasing slices it could
+ * take. Bounded: a fork in the middle of a release that holds no lock the
+ * fork handlers take (one on a thread's own segment) leaves the child's
+ * copy marked for good. */
+#define PURGE_WAIT_MAX 1000
+
+/* Some of its slices are out of the free mask while a purge releases them. */
+static bool segment_purging(struct segment *segment) {
+    spin_lock(&segment->lock);
+    bool purging = segment->purging_slices != 0;
+    spin_unlock(&segment->lock);
+    return purging;
+}
+
 /* A heap needs room: adopt an abandoned segment, reuse a cached one, or map. */
 struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
     struct segment *segment = source == SEGMENT_ANY ? segment_try_adopt(heap) : NULL;
@@ -394,10 +408,20 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
         struct page *page = segment_take_run(heap, best, count, cls);
         if (page) return page;
     }
-    for (struct segment *s = heap->segments_avail; s; s = s->next) {
-        if (!segment_may_fit(s, count)) continue;
-        struct page *page = segment_take_run(heap, s, count, cls);
-        if (page) return page;
+    /* A pass releasing slices gives them back within its madvise: waiting
+     * for it beats taking one segment more (threads of a wave whose cached
+     * segments a pass was releasing each mapped another one). */
+    for (unsigned wait = 0;; wait++) {
+        bool purging = false;
+        for (struct segment *s = heap->segments_avail; s; s = s->next) {
+            if (segment_may_fit(s, count)) {
+                struct page *page = segment_take_run(heap, s, count, cls);
+                if (page) return page;
+            }
+            purging = purging || segment_purging(s);
+        }
+        if (!purging || wait == PURGE_WAIT_MAX) break;
+        sched_yield();
     }
     /* An adopted segment may lack a long enough run, and so may a cached one
      * while a purger holds some of its slices (a pass takes them out of the
@@ -410,6 +434,11 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
         struct segment *s = segment_acquire(heap, sources[attempt]);
         if (s == NULL) return NULL;
         struct page *page = segment_take_run(heap, s, count, cls);
+        for (unsigned wait = 0; page == NULL && wait < PURGE_WAIT_MAX && segment_purging(s);
+             wait++) {
+            sched_yield();
+            page = segment_take_run(heap, s, count, cls);
+        }
         if (page) return page;
     }
     return NULL;
@@ -555,8 +584,9 @@ static void cache_list_trim(struct segment_cache_list *list, bool everything, ui
         spin_lock(&s->lock);
         bool clean = (s->dirty_slices & s->free_slices & ~(uint64_t)1) == 0;
         spin_unlock(&s->lock);
+        /* signed: a pass may have read its clock before the segment came */
         if (everything ||
-            (clean && (uint32_t)(now - s->cached_ms) >= (uint32_t)OPTION(purge_delay_ms))) {
+            (clean && (int32_t)(now - s->cached_ms) >= (int32_t)OPTION(purge_delay_ms))) {
             *link = s->next;
             list->count--;
             s->next = *victims;
