@@ -80,12 +80,11 @@ static void *memalign_internal(size_t alignment, size_t size) {
     if (likely(size <= 1024 && alignment <= 1024 && (alignment & (alignment - 1)) == 0)) {
         size_t need = size < alignment ? alignment : size;
         /* relaxed: as in malloc_inline */
-        size_t cls =
+        unsigned cls =
             atomic_load_explicit(&g_class_of_small[(need + 15) >> 4], memory_order_relaxed);
         if (likely(cls != 0)) {
-            while ((g_class_size[cls] & (alignment - 1)) != 0)
-                cls++;
-            struct block *b = class_pop_inline(t_heap, cls);
+            /* a class exists: 1024 is a multiple of every alignment here */
+            struct block *b = class_pop_inline(t_heap, class_aligned_from(cls, alignment));
             if (likely(b != NULL)) return b;
         }
     }

@@ -33,8 +33,7 @@ void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_
                  (g_options.secure || size < OPTION(mmap_threshold));
     if (small) {
         unsigned cls = size_class_of(need);
-        while (alignment > ALIGNMENT && g_class_size[cls] % alignment != 0)
-            cls++;
+        if (alignment > ALIGNMENT) cls = class_aligned_from(cls, alignment);
         if (cls >= SMALL_CLASS_COUNT)
             small = false;
         else {

@@ -603,16 +603,12 @@ void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
     }
     if (alignment <= SLICE_SIZE && !wants_direct_map(size)) {
         size_t need = size < alignment ? alignment : size;
-        if (need <= SMALL_MAX) {
-            /* Pages start 64 KiB-aligned, so a class whose size is a multiple
-             * of the alignment gives aligned blocks; one exists per doubling. */
-            for (unsigned cls = size_class_of(need); cls < SMALL_CLASS_COUNT; cls++) {
-                if (g_class_size[cls] % alignment == 0) {
-                    void *p = heap_malloc_class(heap, cls);
-                    if (p == NULL) goto out_of_memory;
-                    return p;
-                }
-            }
+        unsigned cls = need <= SMALL_MAX ? class_aligned_from(size_class_of(need), alignment)
+                                         : SMALL_CLASS_COUNT;
+        if (cls < SMALL_CLASS_COUNT) {
+            void *p = heap_malloc_class(heap, cls);
+            if (p == NULL) goto out_of_memory;
+            return p;
         }
         if (need <= LARGE_MAX) {
             /* a large page starts on a slice: any alignment up to 64 KiB holds;

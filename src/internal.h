@@ -139,6 +139,15 @@ extern _Atomic uint8_t g_class_of_small[65] INTERNAL; /* fast path: (size + 15) 
 void size_class_table_limit(size_t limit) INTERNAL;
 extern const uint32_t g_class_size[SMALL_CLASS_COUNT] INTERNAL;
 extern const uint8_t g_class_slices[SMALL_CLASS_COUNT] INTERNAL;
+/* The first class from cls up whose block size is a multiple of `alignment`
+ * (a power of two), SMALL_CLASS_COUNT if none: its blocks are aligned to it,
+ * since a class page starts on a slice and its slack before block 0 is a
+ * multiple of the block size's powers of two (page_init). */
+static inline unsigned class_aligned_from(unsigned cls, size_t alignment) {
+    while (cls < SMALL_CLASS_COUNT && (g_class_size[cls] & (alignment - 1)) != 0)
+        cls++;
+    return cls;
+}
 
 /* The class of a size up to SMALL_MAX: 16-byte steps to 128, then 4 classes
  * per doubling. */
