@@ -8,7 +8,7 @@
 #include "internal.h"
 
 void write_string(int fd, const char *s) {
-    size_t length = strlen(s);
+    size_t length = text_length(s);
     while (length > 0) {
         ssize_t n = write(fd, s, length);
         if (n <= 0) return;

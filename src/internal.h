@@ -82,6 +82,37 @@ extern _Atomic int g_initialized INTERNAL;
 void allocator_init(void) INTERNAL; /* idempotent, thread-safe */
 
 /* ---- format.c ---- */
+/* Strings without libc's: every string function a library imports has its
+ * ifunc resolver run at load, and each one called or resolved maps libc text
+ * around it (64 KiB of fault-around a touched page): a small program's RSS.
+ * These serve start-up (the environment, the vDSO) and error paths only. */
+static inline size_t text_length(const char *s) {
+    size_t n = 0;
+    while (s[n])
+        n++;
+    return n;
+}
+/* The first `length` bytes of a and b are equal (neither ends before). */
+static inline bool text_same(const char *a, const char *b, size_t length) {
+    for (size_t i = 0; i < length; i++)
+        if (a[i] != b[i]) return false;
+    return true;
+}
+/* s starts with prefix; reads s no further than a mismatch or its end. */
+static inline bool text_starts_with(const char *s, const char *prefix) {
+    for (; *prefix; s++, prefix++)
+        if (*s != *prefix) return false;
+    return true;
+}
+static inline bool text_equal(const char *a, const char *b) {
+    return text_starts_with(a, b) && a[text_length(b)] == '\0';
+}
+/* The first occurrence of needle in s, or NULL. */
+static inline const char *text_find(const char *s, const char *needle) {
+    for (; *s; s++)
+        if (text_starts_with(s, needle)) return s;
+    return *needle ? NULL : s;
+}
 NORETURN void fatal_error(const char *message) INTERNAL; /* "message" + abort */
 void write_string(int fd, const char *s) INTERNAL;
 struct out_buffer {

@@ -236,12 +236,12 @@ static void parse_glibc_tunables(const char *s) {
         while (eq < end && *eq != '=')
             eq++;
         size_t prefix_length = sizeof prefix - 1;
-        if (eq < end && (size_t)(eq - s) > prefix_length && memcmp(s, prefix, prefix_length) == 0) {
+        if (eq < end && (size_t)(eq - s) > prefix_length && text_same(s, prefix, prefix_length)) {
             const char *name = s + prefix_length;
             size_t name_length = (size_t)(eq - name);
             for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++) {
                 const char *t = tunables[i].tunable_name;
-                if (t && strlen(t) == name_length && memcmp(t, name, name_length) == 0)
+                if (t && text_length(t) == name_length && text_same(t, name, name_length))
                     apply(&tunables[i], eq + 1, (size_t)(end - eq - 1));
             }
         }
@@ -256,21 +256,25 @@ void options_init_from_environment(void) {
     if (env == NULL) return;
     for (; *env; env++) {
         const char *entry = *env;
-        if (strncmp(entry, "GLIBC_TUNABLES=", 15) == 0) continue; /* below */
-        if (strncmp(entry, "TIDEMALLOC_SECURE=", 18) == 0) {
+        /* every name we read starts so: most entries fail at their first
+         * byte (the scan was 40,000 instructions of a 200,000-instruction
+         * start-up, with a shell's environment) */
+        if (!text_starts_with(entry, "MALLOC_") && !text_starts_with(entry, "TIDEMALLOC_"))
+            continue; /* GLIBC_TUNABLES= included: below */
+        if (text_starts_with(entry, "TIDEMALLOC_SECURE=")) {
             g_options.secure = entry[18] != '\0' && entry[18] != '0';
             continue;
         }
-        if (strncmp(entry, "TIDEMALLOC_STATS=", 17) == 0) {
+        if (text_starts_with(entry, "TIDEMALLOC_STATS=")) {
             g_options.print_stats = entry[17] != '\0' && entry[17] != '0';
             continue;
         }
         for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++) {
             const char *name = tunables[i].env_name;
             if (name == NULL) continue;
-            size_t n = strlen(name);
-            if (strncmp(entry, name, n) == 0 && entry[n] == '=')
-                apply(&tunables[i], entry + n + 1, strlen(entry + n + 1));
+            size_t n = text_length(name);
+            if (text_starts_with(entry, name) && entry[n] == '=')
+                apply(&tunables[i], entry + n + 1, text_length(entry + n + 1));
         }
     }
     /* GLIBC_TUNABLES wins over an alias such as MALLOC_MMAP_THRESHOLD_
@@ -278,7 +282,7 @@ void options_init_from_environment(void) {
      * alias whose tunable is set already, and lets GLIBC_TUNABLES override
      * one set before it): so it is read last. */
     for (env = environ; *env; env++)
-        if (strncmp(*env, "GLIBC_TUNABLES=", 15) == 0) parse_glibc_tunables(*env + 15);
+        if (text_starts_with(*env, "GLIBC_TUNABLES=")) parse_glibc_tunables(*env + 15);
     /* Secure mode is chosen once, before any block has its layout. */
     g_options.secure = g_options.secure || OPTION(check_action) == 3;
     checked_update();

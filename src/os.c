@@ -212,9 +212,9 @@ static uint64_t parse_decimal(const char *c) {
 uint64_t os_read_number_after(const char *path, const char *key) {
     char text[4096];
     if (!read_small_file(path, text, sizeof text)) return 0;
-    const char *at = strstr(text, key);
+    const char *at = text_find(text, key);
     if (at == NULL) return 0;
-    at += strlen(key);
+    at += text_length(key);
     while (*at == ' ' || *at == '\t')
         at++;
     return parse_decimal(at);
@@ -248,7 +248,7 @@ static bool thp_wanted;       /* hugetlb 1: segments keep the kernel's huge page
 static bool thp_mode_is(const char *mode) {
     char text[256];
     return read_small_file("/sys/kernel/mm/transparent_hugepage/enabled", text, sizeof text) &&
-           strstr(text, mode) != NULL;
+           text_find(text, mode) != NULL;
 }
 
 void os_huge_pages_configure(uint64_t hugetlb) {
@@ -269,7 +269,7 @@ void os_huge_pages_configure(uint64_t hugetlb) {
         if ((hugetlb & 1023) != 0) return;
         char path[96] = "/sys/kernel/mm/hugepages/hugepages-";
         char digits[24];
-        size_t n = 0, length = strlen(path);
+        size_t n = 0, length = text_length(path);
         for (uint64_t kib = hugetlb >> 10; kib; kib /= 10)
             digits[n++] = (char)('0' + kib % 10);
         while (n)
@@ -400,7 +400,8 @@ static void *vdso_function(const char *name) {
     uintptr_t base = (uintptr_t)getauxval(AT_SYSINFO_EHDR);
     if (base == 0) return NULL;
     const Elf64_Ehdr *header = (const Elf64_Ehdr *)base;
-    if (memcmp(header->e_ident, ELFMAG, SELFMAG) != 0 || header->e_ident[EI_CLASS] != ELFCLASS64)
+    if (!text_same((const char *)header->e_ident, ELFMAG, SELFMAG) ||
+        header->e_ident[EI_CLASS] != ELFCLASS64)
         return NULL;
     const Elf64_Phdr *segments = (const Elf64_Phdr *)(base + header->e_phoff);
     uintptr_t bias = 0;
@@ -426,14 +427,14 @@ static void *vdso_function(const char *name) {
     if (symbols == NULL || names == NULL || hash == NULL) return NULL;
     for (Elf32_Word i = 0; i < hash[1]; i++) /* hash[1]: the number of symbols */
         if (ELF64_ST_TYPE(symbols[i].st_info) == STT_FUNC && symbols[i].st_shndx != SHN_UNDEF &&
-            strcmp(names + symbols[i].st_name, name) == 0)
+            text_equal(names + symbols[i].st_name, name))
             return (void *)(bias + symbols[i].st_value);
     return NULL;
 }
 
 void os_clock_init(void) {
     void *f = vdso_function("__vdso_clock_gettime");
-    memcpy(&vdso_clock_gettime, &f, sizeof f); /* object -> function pointer */
+    __builtin_memcpy(&vdso_clock_gettime, &f, sizeof f); /* object -> function pointer */
 }
 
 static bool os_clock_gettime(clockid_t clock, struct timespec *t) {
