@@ -5,6 +5,7 @@
  *   heap.c     thread heaps, class queues, slow paths, thread exit
  *   page.c     carving pages into blocks, collecting remote frees
  *   segment.c  segments, slice bitmaps, registry, abandoned list
+ *   segment_release.c  free slices back to the kernel, in batches
  *   huge.c     direct mappings      purge.c  release policy, malloc_trim
  *   os.c       every syscall, counted   format.c  output without malloc
  */
@@ -247,24 +248,23 @@ struct page *segment_page_alloc(struct heap *heap, unsigned slices, unsigned cls
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
 bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
 void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
-size_t segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;
 void segment_orphan(struct segment *segment) INTERNAL;
 void segments_mark_slow_frees(bool slow) INTERNAL; /* sets or clears OWNER_CHECKED_BIT */
 struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
 void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
-/* Ranges a purge pass releases together (segment_purge gathers them). */
-#define PURGE_BATCH_MAX 32 /* 1 KiB of stack: passes also run on free()'s slow path */
-struct purge_batch {
-    struct iovec ranges[PURGE_BATCH_MAX];      /* what goes back, in address order per segment */
-    struct segment *segments[PURGE_BATCH_MAX]; /* the segment of each range */
-    uint64_t runs[PURGE_BATCH_MAX];            /* the slices of each range */
-    unsigned count;                            /* ranges gathered */
-};
-size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
-                     struct purge_batch *batch) INTERNAL;
-size_t purge_batch_flush(struct purge_batch *batch) INTERNAL;
-size_t purge_batch_bytes(const struct purge_batch *batch) INTERNAL; /* still counted as retained */
+/* free_slices changes under the segment lock, and only so; the owner also
+ * reads it without the lock, as a hint (segment_page_alloc): relaxed stores
+ * make that read no data race. */
+static inline void free_slices_set(struct segment *segment, uint64_t value) {
+    __atomic_store_n(&segment->free_slices, value, __ATOMIC_RELAXED);
+}
+/* Slices [first, first + count) as a mask. */
+static inline uint64_t run_mask(unsigned first, unsigned count) {
+    return (count >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << count) - 1)) << first;
+}
+/* Free resident slices join (add) or leave the retained memory. */
+void retained_slices_note(uint64_t slices_mask, bool add) INTERNAL;
 extern struct spin_lock g_registry_lock INTERNAL;
 extern struct segment *g_registry INTERNAL;
 extern struct spin_lock g_abandoned_lock INTERNAL;
@@ -283,6 +283,21 @@ static inline uint64_t remote_freed_page_bytes(void) {
     return bytes > 0 ? (uint64_t)bytes : 0;
 }
 bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
+
+/* ---- segment_release.c ---- */
+/* Ranges a purge pass releases together (segment_purge gathers them). */
+#define PURGE_BATCH_MAX 32 /* 1 KiB of stack: passes also run on free()'s slow path */
+struct purge_batch {
+    struct iovec ranges[PURGE_BATCH_MAX];      /* what goes back, in address order per segment */
+    struct segment *segments[PURGE_BATCH_MAX]; /* the segment of each range */
+    uint64_t runs[PURGE_BATCH_MAX];            /* the slices of each range */
+    unsigned count;                            /* ranges gathered */
+};
+size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
+                     struct purge_batch *batch) INTERNAL;
+size_t purge_batch_flush(struct purge_batch *batch) INTERNAL;
+size_t purge_batch_bytes(const struct purge_batch *batch) INTERNAL; /* still counted as retained */
+size_t segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
 
 /* ---- page.c ---- */
 void page_init(struct page *page, unsigned class_index, size_t block_size) INTERNAL;

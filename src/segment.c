@@ -1,18 +1,12 @@
 /* Segments: aligned 4 MiB regions carved into 64 KiB slices. This file owns
  * the slice bitmaps (which slices are free, which may be resident), the
  * registry of all segments (for purging and trimming from any thread), the
- * cache of empty segments and the list of abandoned ones. */
+ * cache of empty segments and the list of abandoned ones. Giving free slices
+ * back to the kernel is segment_release.c's. */
 #define _GNU_SOURCE
 #include <string.h>
 
 #include "internal.h"
-
-/* free_slices changes under the segment lock, and only so; the owner also
- * reads it without the lock, as a hint (segment_page_alloc): relaxed stores
- * make that read no data race. */
-static inline void free_slices_set(struct segment *segment, uint64_t value) {
-    __atomic_store_n(&segment->free_slices, value, __ATOMIC_RELAXED);
-}
 
 /* The slices of `free_mask` at which a run of `count` of them starts. */
 static inline uint64_t run_starts(uint64_t free_mask, unsigned count) {
@@ -78,7 +72,7 @@ static void segment_map_set(struct segment *segment, bool present) {
                           memory_order_release);
 }
 
-static void retained_add(uint64_t slices_mask, bool add) {
+void retained_slices_note(uint64_t slices_mask, bool add) {
     uint64_t bytes = (uint64_t)bit_count(slices_mask) * SLICE_SIZE;
     /* relaxed: a statistic and a purge trigger; exact ordering is not needed. */
     if (add)
@@ -110,7 +104,7 @@ static struct segment *segment_create(void) {
      * of a page reads zero, whose block test accepts nothing. */
     free_slices_set(segment, ~(uint64_t)1); /* every slice but the header */
     segment->dirty_slices = dirty ? ~(uint64_t)0 : 1;
-    if (dirty) retained_add(segment->free_slices, true);
+    if (dirty) retained_slices_note(segment->free_slices, true);
     spin_lock(&g_registry_lock);
     segment->all_next = g_registry;
     if (g_registry) g_registry->all_prev = segment;
@@ -130,7 +124,7 @@ static void segment_destroy(struct segment *segment) {
     if (segment->all_next) segment->all_next->all_prev = segment->all_prev;
     spin_unlock(&g_registry_lock);
     segment_map_set(segment, false);
-    retained_add(segment->free_slices & segment->dirty_slices & ~(uint64_t)1, false);
+    retained_slices_note(segment->free_slices & segment->dirty_slices & ~(uint64_t)1, false);
     atomic_fetch_sub_explicit(&g_segment_count, 1, memory_order_relaxed); /* statistic */
     os_unmap(segment, SEGMENT_SIZE);
 }
@@ -267,10 +261,6 @@ struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
     return segment;
 }
 
-static uint64_t run_mask(unsigned first, unsigned count) {
-    return (count >= 64 ? ~(uint64_t)0 : (((uint64_t)1 << count) - 1)) << first;
-}
-
 /* Where a page of `count` slices goes in a segment: the run of free slices
  * that holds the most resident (dirty) ones. Taking
  * clean slices while dirty ones stay free would fault in new memory while
@@ -342,7 +332,7 @@ static uint64_t segment_take_slices(struct heap *heap, struct segment *segment, 
     segment->dirty_slices |= mask;
     bool now_full = segment_full_locked(segment);
     spin_unlock(&segment->lock);
-    retained_add(was_dirty, false);
+    retained_slices_note(was_dirty, false);
     /* relaxed: a statistic and a purge trigger, as g_retained_bytes */
     atomic_fetch_add_explicit(&g_page_slice_bytes, (uint64_t)bit_count(mask) << SLICE_SHIFT,
                               memory_order_relaxed);
@@ -485,7 +475,7 @@ static void segment_return_slices(struct heap *heap, struct segment *segment, un
     else
         segment->dirty_slices |= mask;
     spin_unlock(&segment->lock);
-    if (!clean) retained_add(mask, true);
+    if (!clean) retained_slices_note(mask, true);
     /* relaxed: as in segment_take_slices */
     atomic_fetch_sub_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
                               memory_order_relaxed);
@@ -613,161 +603,6 @@ bool segment_cache_trim(bool everything, uint32_t now) {
         victims = s->next;
         segment_destroy(s);
     }
-    return released;
-}
-
-/* The lowest run of adjacent set bits of m (not 0). */
-static uint64_t lowest_run(uint64_t m) {
-    unsigned first = (unsigned)__builtin_ctzll(m);
-    uint64_t rest = ~(m >> first);
-    return run_mask(first, rest == 0 ? 64 - first : (unsigned)__builtin_ctzll(rest));
-}
-
-/* The memory of a run of slices. */
-static struct iovec run_range(struct segment *segment, uint64_t run) {
-    return (struct iovec){(char *)segment + ((size_t)__builtin_ctzll(run) << SLICE_SHIFT),
-                          (size_t)bit_count(run) << SLICE_SHIFT};
-}
-
-/* Releases the slices in `mask`, one range per run of adjacent ones, all in
- * one call where the kernel allows; *done: those that went back. Returns
- * their bytes. */
-static size_t release_slice_runs(struct segment *segment, uint64_t mask, uint64_t *done) {
-    struct iovec ranges[SLICES_PER_SEGMENT / 2]; /* runs are separated: at most 32 */
-    uint64_t runs[SLICES_PER_SEGMENT / 2];
-    unsigned count = 0;
-    for (uint64_t m = mask; m; m &= ~runs[count++]) {
-        runs[count] = lowest_run(m);
-        ranges[count] = run_range(segment, runs[count]);
-    }
-    size_t released = 0;
-    *done = 0;
-    uint64_t went = count ? os_release_ranges(ranges, count) : 0;
-    for (unsigned i = 0; i < count; i++) {
-        if (!(went >> i & 1)) continue;
-        *done |= runs[i];
-        released += ranges[i].iov_len;
-    }
-    return released;
-}
-
-/* Gives the batch's ranges back in one call where the kernel allows, then
- * returns their slices to their segments' free sets: clean if they went
- * back. Returns the bytes released. */
-size_t purge_batch_flush(struct purge_batch *batch) {
-    uint64_t went = batch->count ? os_release_ranges(batch->ranges, batch->count) : 0;
-    size_t released = 0;
-    for (unsigned i = 0; i < batch->count;) {
-        struct segment *segment = batch->segments[i];
-        uint64_t taken = 0, done = 0;
-        for (; i < batch->count && batch->segments[i] == segment; i++) {
-            taken |= batch->runs[i];
-            if (!(went >> i & 1)) continue;
-            done |= batch->runs[i];
-            released += batch->ranges[i].iov_len;
-        }
-        spin_lock(&segment->lock);
-        free_slices_set(segment, segment->free_slices | taken);
-        segment->purging_slices &= ~taken;
-        segment->dirty_slices &= ~done;
-        spin_unlock(&segment->lock);
-        retained_add(done, false);
-    }
-    batch->count = 0;
-    return released;
-}
-
-size_t purge_batch_bytes(const struct purge_batch *batch) {
-    size_t bytes = 0;
-    for (unsigned i = 0; i < batch->count; i++)
-        bytes += batch->ranges[i].iov_len;
-    return bytes;
-}
-
-/* Adds the free resident slices that have stayed free at least min_age_ms to
- * the batch, one range per run of adjacent ones (flushing it when full).
- * Safe from any thread: the slices are out of the free set until the flush,
- * so the owner cannot hand them out meanwhile. Callers hold the registry
- * lock until the flush, so the segment cannot be unmapped. Returns the bytes
- * released by flushes on the way. */
-size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
-                     struct purge_batch *batch) {
-    spin_lock(&segment->lock);
-    uint64_t candidates = segment->free_slices & segment->dirty_slices & ~(uint64_t)1;
-    if (min_age_ms > 0) {
-        for (uint64_t m = candidates; m; m &= m - 1) {
-            unsigned i = (unsigned)__builtin_ctzll(m);
-            if ((uint32_t)(now - segment->slice_freed_ms[i]) < min_age_ms)
-                candidates &= ~((uint64_t)1 << i);
-        }
-    }
-    free_slices_set(segment, segment->free_slices & ~candidates);
-    segment->purging_slices |= candidates;
-    spin_unlock(&segment->lock);
-
-    size_t released = 0;
-    for (uint64_t m = candidates; m;) {
-        if (batch->count == PURGE_BATCH_MAX) released += purge_batch_flush(batch);
-        uint64_t run = lowest_run(m);
-        batch->segments[batch->count] = segment;
-        batch->runs[batch->count] = run;
-        batch->ranges[batch->count] = run_range(segment, run);
-        batch->count++;
-        m &= ~run;
-    }
-    return released;
-}
-
-/* Reclaims the pages of the segment whose every carved block other threads
- * freed, when their owner has left them so for min_age_ms: an owner that
- * sleeps (larson's main thread, in pthread_join while the workers free the
- * 4 MiB it set up) or has exited collects nothing, and the pages stayed
- * resident for good. The purger takes the blocks (the word becomes
- * THREAD_FREE_RECLAIMED), closes the block test and releases the memory;
- * the owner resets the page when it next collects it. Under the segment
- * lock: the owner changes `capacity` only under it, so a page whose list
- * holds `capacity` blocks holds all of them, and its reset waits for the
- * madvise. Purge lock held (reclaim_seen). */
-__attribute__((no_sanitize("thread"))) size_t
-segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) {
-    uint64_t reclaimed = 0;
-    spin_lock(&segment->lock);
-    uint64_t taken = ~(segment->free_slices | segment->purging_slices) & ~(uint64_t)1;
-    for (uint64_t m = taken; m; m &= m - 1) {
-        struct page *page = &segment->pages[__builtin_ctzll(m)];
-        /* acquire: the pushers' writes into their blocks come before the
-         * madvise that drops them */
-        uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_acquire);
-        if (word == 0 || word == THREAD_FREE_RECLAIMED) continue;
-        /* a page's first slice, in use (a retired descriptor keeps no list:
-         * its block test is closed, so nothing is pushed there) */
-        if (page->first != page || page->area_size == 0) continue;
-        if (thread_free_count(word) != page->capacity) continue;
-        /* relaxed: a date; the pusher that filled the list set it */
-        if (__atomic_load_n(&page->reclaim_seen, __ATOMIC_RELAXED) != word) {
-            __atomic_store_n(&page->reclaim_seen, word, __ATOMIC_RELAXED);
-            __atomic_store_n(&page->reclaim_seen_ms, now, __ATOMIC_RELAXED);
-            if (min_age_ms > 0) continue;
-        } else if ((uint32_t)(now - __atomic_load_n(&page->reclaim_seen_ms, __ATOMIC_RELAXED)) <
-                   min_age_ms) {
-            continue;
-        }
-        /* acq_rel: acquire as above; release pairs with the owner's exchange */
-        if (!atomic_compare_exchange_strong_explicit(&page->thread_free, &word,
-                                                     THREAD_FREE_RECLAIMED, memory_order_acq_rel,
-                                                     memory_order_relaxed))
-            continue;
-        page_block_test_set(page, 0); /* no free() gets in */
-        if (thread_free_count(word) == page->reserved)
-            remote_freed_page_note((uint64_t)page->slice_count << SLICE_SHIFT, false);
-        /* slice_count is fixed now: no block is out to be realloc'ed */
-        reclaimed |= run_mask((unsigned)(page - segment->pages), page->slice_count);
-    }
-    /* adjacent pages in one call: reclaiming 34 MiB of 64 KiB pages one by
-     * one took 549 calls (rel_remote_reclaim), in runs 27 */
-    uint64_t done;
-    size_t released = release_slice_runs(segment, reclaimed, &done);
-    spin_unlock(&segment->lock);
     return released;
 }
 
