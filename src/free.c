@@ -21,7 +21,8 @@ static inline void free_local(struct segment *segment, struct page *page, struct
     page->is_zero = 0; /* a block with user data is on the list now (calloc) */
     /* the only page of its class stays, in aggressive mode too: a malloc/free
      * loop must not thrash */
-    if (unlikely(--page->used == 0) && (page->next != page || page->slice_count > 1))
+    if (unlikely(--page->used == 0) &&
+        (page->next != page || page->slice_count > 1 || page->in_full))
         heap_page_empty(segment->heap, page);
 }
 

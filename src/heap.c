@@ -187,6 +187,29 @@ static uint32_t heap_collect(struct heap *heap, bool exiting) {
             segment_page_free(heap, page);
         }
     }
+    /* Full pages first: freed if empty, else back to the queue if blocks
+     * came back, where the walk below sees them. */
+    for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
+        struct page **full = &heap->pages_full[cls];
+        if (*full == NULL) continue;
+        struct page *last = (*full)->prev, *page = *full;
+        for (bool done = false; !done;) {
+            struct page *next = page->next;
+            done = page == last;
+            visited++;
+            if (exiting || page->free == NULL) page_collect_remote(page);
+            if (page->used == 0) {
+                queue_remove(full, page, NULL);
+                page->in_full = 0;
+                segment_page_free(heap, page);
+            } else if (page->free != NULL || page->capacity < page->reserved) {
+                queue_remove(full, page, NULL);
+                page->in_full = 0;
+                queue_insert_tail(&heap->pages_direct[cls], page);
+            }
+            page = next;
+        }
+    }
     for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
         struct page **head = &heap->pages_direct[cls];
         if (*head == &g_empty_page) continue;
@@ -302,10 +325,12 @@ void heap_adopt_page(struct heap *heap, struct page *page) {
     page_collect_remote(page);
     if (page->used == 0) {
         page->next = page->prev = NULL;
+        page->in_full = 0;
         segment_page_free(heap, page);
     } else if (page->class_index == LARGE_CLASS) {
         large_insert(heap, page);
     } else {
+        page->in_full = 0;
         queue_insert_tail(&heap->pages_direct[page->class_index], page);
     }
 }
@@ -442,6 +467,32 @@ static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
     return page;
 }
 
+static void full_list_move_out(struct heap *heap, struct page *page) {
+    queue_remove(&heap->pages_full[page->class_index], page, NULL);
+    page->in_full = 0;
+    queue_insert_head(&heap->pages_direct[page->class_index], page);
+}
+
+/* A page of the full list that has blocks again (freed by its owner, or by
+ * other threads: collected here), or room to carve (reset after a reclaim),
+ * back to the queue's head; NULL if none of the first QUEUE_SEARCH_MAX. */
+static struct page *full_list_rescue(struct heap *heap, unsigned cls) {
+    struct page **full = &heap->pages_full[cls];
+    struct page *page = *full;
+    for (unsigned tries = 0; page != NULL && tries < QUEUE_SEARCH_MAX; tries++) {
+        struct page *next = page->next;
+        if (page->free == NULL) page_collect_remote(page);
+        if (page->free != NULL || page->capacity < page->reserved) {
+            full_list_move_out(heap, page);
+            return page;
+        }
+        page = next;
+        if (page == *full) break;
+    }
+    if (page != NULL) *full = page; /* resume there */
+    return NULL;
+}
+
 /* Finds a page of class `cls` with a free block and makes it the queue head.
  * Blocks already carved come first, those other threads freed included;
  * carving new ones while freed blocks wait further down the queue faults in
@@ -451,7 +502,9 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
     struct page **head = &heap->pages_direct[cls];
     struct page *page = *head;
     if (page != &g_empty_page) {
-        struct page *extendable = NULL;
+        struct page *extendable = NULL, *dry[QUEUE_SEARCH_MAX];
+        unsigned dry_count = 0;
+        bool wrapped = false;
         for (unsigned tries = 0; tries < QUEUE_SEARCH_MAX; tries++) {
             /* only a dry page collects: nothing to splice, no walk */
             if (page->free == NULL) page_collect_remote(page);
@@ -459,15 +512,35 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
                 *head = page;
                 return page;
             }
-            if (extendable == NULL && page->capacity < page->reserved) extendable = page;
+            if (page->capacity < page->reserved) {
+                if (extendable == NULL) extendable = page;
+            } else {
+                dry[dry_count++] = page;
+            }
             page = page->next;
-            if (page == *head) break;
+            if (page == *head) {
+                wrapped = true;
+                break;
+            }
         }
+        /* A long queue whose pages met here are dry and carved whole: those
+         * leave it, so that the next searches reach free blocks past them. */
+        for (unsigned i = 0; !wrapped && i < dry_count; i++) {
+            queue_remove(head, dry[i], &g_empty_page);
+            dry[i]->in_full = 1;
+            queue_insert_head(&heap->pages_full[cls], dry[i]);
+        }
+        struct page *rescued = full_list_rescue(heap, cls);
+        if (rescued != NULL && rescued->free != NULL) return rescued;
+        if (rescued != NULL) extendable = rescued;
         if (extendable != NULL && page_extend(extendable)) {
             *head = extendable;
             return extendable;
         }
-        *head = page; /* resume the search here next time */
+        if (*head != &g_empty_page) *head = page; /* resume the search here next time */
+    } else {
+        struct page *rescued = full_list_rescue(heap, cls);
+        if (rescued != NULL && (rescued->free != NULL || page_extend(rescued))) return rescued;
     }
     return heap_new_class_page(heap, cls);
 }
@@ -638,6 +711,9 @@ void heap_page_empty(struct heap *heap, struct page *page) {
     int saved = errno;
     if (page->class_index == LARGE_CLASS) {
         large_remove(heap, page);
+    } else if (page->in_full) {
+        queue_remove(&heap->pages_full[page->class_index], page, NULL);
+        page->in_full = 0;
     } else {
         if (page->next == page && page->slice_count == 1) {
             errno = saved;

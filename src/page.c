@@ -22,6 +22,7 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     page->capacity = 0;
     page->used = 0;
     page->free = NULL;
+    page->in_full = 0;
     /* relaxed: the page is not yet visible to any other thread. */
     atomic_store_explicit(&page->thread_free, 0, memory_order_relaxed);
     page->next = page->prev = NULL;

@@ -51,6 +51,9 @@ struct block {
  * Invariants: used <= capacity <= reserved; blocks [0, capacity) were carved;
  * each carved block is exactly one of: handed out, on `free`, on
  * `thread_free`. area_size == 0 iff the descriptor is not an in-use page.
+ * An in-use class page of a live heap is on exactly one of: its class
+ * queue, its class's full list (in_full == 1), the heap's page cache
+ * (empty); a page of an abandoned or orphaned segment is on none.
  * `capacity` is written under the segment lock (a purger reads it there to
  * reclaim a page whose every block waits on `thread_free`); a reclaimed page
  * has thread_free == THREAD_FREE_RECLAIMED and block_size_inverse == 0 until
@@ -82,7 +85,8 @@ struct page {
     uint16_t capacity; /* owner only: blocks carved into lists so far */
     uint8_t is_zero;   /* fresh from the kernel and no block freed since: blocks read
                           as zero but for their link words (calloc skips the memset) */
-    char owner_padding[35];
+    uint8_t in_full;   /* owner only: on its class's full list (heap.c), not in the queue */
+    char owner_padding[34];
     /* Line 2: other threads push here. A list head in the low 48 bits and the
      * list's length in the top 16 (THREAD_FREE_COUNT_SHIFT), so the owner
      * learns the count from its one exchange instead of walking blocks that
@@ -128,6 +132,10 @@ struct segment {
  * lead to an always-empty page, so the fast path needs no init test. */
 struct heap {
     struct page *pages_direct[SMALL_CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
+    /* Pages the queue search met with no free block and nothing left to
+     * carve, out of the queue so that the search finds free blocks past
+     * them; NULL if none. A page goes back when blocks come back to it. */
+    struct page *pages_full[SMALL_CLASS_COUNT];
     uint64_t id;                    /* unique, never reused; UINT64_MAX for g_empty_heap */
     struct segment *segments_avail; /* owned segments with at least one free slice */
     uint32_t segments_avail_count;  /* segments on segments_avail */
