@@ -497,7 +497,10 @@ static struct page *full_list_rescue(struct heap *heap, unsigned cls) {
  * Blocks already carved come first, those other threads freed included;
  * carving new ones while freed blocks wait further down the queue faults in
  * memory that was not needed (peak RSS: larson 14.0 -> 12.4 MiB, churn
- * 3.15 -> 2.74, mstress 18.6 -> 16.9, at the same time). */
+ * 3.15 -> 2.74, mstress 18.6 -> 16.9, at the same time). In a long queue
+ * the dry pages met go to the full list, so that the next search reaches
+ * past them (sqlite3, 2,240 pages of one class: 202.6 -> 176.9 MiB); the
+ * list is looked into before anything new is carved. */
 static struct page *heap_find_page(struct heap *heap, unsigned cls) {
     struct page **head = &heap->pages_direct[cls];
     struct page *page = *head;
