@@ -63,6 +63,19 @@ static void queue_remove(struct page **head, struct page *page, struct page *emp
     page->next = page->prev = NULL;
 }
 
+/* Full lists (heap->pages_full): pages out of their class queue because a
+ * search met them dry and carved whole (heap_find_page). */
+static void full_list_remove(struct heap *heap, struct page *page) {
+    queue_remove(&heap->pages_full[page->class_index], page, NULL);
+    page->in_full = 0;
+}
+/* Whether a full page can serve again: blocks came back (collected here if
+ * it is still dry) or room to carve (a reclaimed page, reset). */
+static bool full_page_refilled(struct page *page) {
+    if (page->free == NULL) page_collect_remote(page);
+    return page->free != NULL || page->capacity < page->reserved;
+}
+
 /* Large pages: a NULL-terminated list, so free()'s "only page" test
  * (page->next == page) never holds for them and they always go back. */
 static void large_insert(struct heap *heap, struct page *page) {
@@ -197,14 +210,13 @@ static uint32_t heap_collect(struct heap *heap, bool exiting) {
             struct page *next = page->next;
             done = page == last;
             visited++;
-            if (exiting || page->free == NULL) page_collect_remote(page);
+            if (exiting) page_collect_remote(page);
+            bool refilled = full_page_refilled(page);
             if (page->used == 0) {
-                queue_remove(full, page, NULL);
-                page->in_full = 0;
+                full_list_remove(heap, page);
                 segment_page_free(heap, page);
-            } else if (page->free != NULL || page->capacity < page->reserved) {
-                queue_remove(full, page, NULL);
-                page->in_full = 0;
+            } else if (refilled) {
+                full_list_remove(heap, page);
                 queue_insert_tail(&heap->pages_direct[cls], page);
             }
             page = next;
@@ -467,12 +479,6 @@ static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
     return page;
 }
 
-static void full_list_move_out(struct heap *heap, struct page *page) {
-    queue_remove(&heap->pages_full[page->class_index], page, NULL);
-    page->in_full = 0;
-    queue_insert_head(&heap->pages_direct[page->class_index], page);
-}
-
 /* A page of the full list that has blocks again (freed by its owner, or by
  * other threads: collected here), or room to carve (reset after a reclaim),
  * back to the queue's head; NULL if none of the first QUEUE_SEARCH_MAX. */
@@ -481,9 +487,9 @@ static struct page *full_list_rescue(struct heap *heap, unsigned cls) {
     struct page *page = *full;
     for (unsigned tries = 0; page != NULL && tries < QUEUE_SEARCH_MAX; tries++) {
         struct page *next = page->next;
-        if (page->free == NULL) page_collect_remote(page);
-        if (page->free != NULL || page->capacity < page->reserved) {
-            full_list_move_out(heap, page);
+        if (full_page_refilled(page)) {
+            full_list_remove(heap, page);
+            queue_insert_head(&heap->pages_direct[cls], page);
             return page;
         }
         page = next;
@@ -715,8 +721,7 @@ void heap_page_empty(struct heap *heap, struct page *page) {
     if (page->class_index == LARGE_CLASS) {
         large_remove(heap, page);
     } else if (page->in_full) {
-        queue_remove(&heap->pages_full[page->class_index], page, NULL);
-        page->in_full = 0;
+        full_list_remove(heap, page);
     } else {
         if (page->next == page && page->slice_count == 1) {
             errno = saved;
