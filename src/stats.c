@@ -55,6 +55,17 @@ static uint64_t usage_releasable_slices(struct segment *s) {
 }
 
 #define SNAPSHOT(field) (*(volatile __typeof__(field) *)&(field))
+
+/* Blocks handed out and not freed. Those other threads freed wait on
+ * thread_free until the owner collects them (a full page's until its list is
+ * rescued): free, not in use. A reclaimed page is all free. */
+__attribute__((no_sanitize("thread"))) static uint64_t page_blocks_in_use(struct page *p) {
+    uint64_t used = SNAPSHOT(p->used);
+    /* relaxed: a statistics snapshot, like the fields beside it */
+    uintptr_t remote = atomic_load_explicit(&p->thread_free, memory_order_relaxed);
+    uint64_t waiting = remote == THREAD_FREE_RECLAIMED ? used : thread_free_count(remote);
+    return used > waiting ? used - waiting : 0;
+}
 __attribute__((no_sanitize("thread"))) static void usage_of_segment(struct segment *s,
                                                                     struct usage *u) {
     u->system += SEGMENT_SIZE;
@@ -67,7 +78,7 @@ __attribute__((no_sanitize("thread"))) static void usage_of_segment(struct segme
             i++;
             continue;
         }
-        uint64_t used = SNAPSHOT(p->used);
+        uint64_t used = page_blocks_in_use(p);
         uint64_t size = SNAPSHOT(p->block_size);
         uint64_t reserved = SNAPSHOT(p->reserved);
         if (used > reserved) used = reserved;
@@ -222,7 +233,7 @@ __attribute__((no_sanitize("thread"))) static void live_blocks_by_class(struct s
             continue;
         }
         unsigned cls = SNAPSHOT(p->class_index);
-        if (cls <= SMALL_CLASS_COUNT) live[cls] += SNAPSHOT(p->used);
+        if (cls <= SMALL_CLASS_COUNT) live[cls] += page_blocks_in_use(p);
         i += count;
     }
 }

@@ -25,6 +25,12 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+static void *free_all(void *blocks) {
+    for (int i = 0; i < 1000; i++)
+        free(((void **)blocks)[i]);
+    return NULL;
+}
+
 int main(void) {
     struct mallinfo2 before = mallinfo2();
     enum { N = 1000 };
@@ -43,6 +49,17 @@ int main(void) {
     CHECK(after.uordblks + N * 1000 <= during.uordblks, "uordblks did not shrink");
     CHECK(after.hblks + 1 == during.hblks, "hblks did not drop");
     CHECK(after.fordblks > 0, "no free bytes reported");
+
+    /* blocks another thread freed are free at once, before their owner
+     * collects them */
+    for (int i = 0; i < N; i++)
+        blocks[i] = malloc(1000);
+    struct mallinfo2 owned = mallinfo2();
+    pthread_t freer;
+    pthread_create(&freer, NULL, free_all, blocks);
+    pthread_join(freer, NULL);
+    struct mallinfo2 freed = mallinfo2();
+    CHECK(freed.uordblks + N * 1000 <= owned.uordblks, "blocks freed by another thread still in use");
 
     pthread_barrier_init(&barrier, NULL, 3);
     pthread_t t[2];
