@@ -157,8 +157,8 @@ uint32_t clock_ms(void) INTERNAL;                        /* monotonic millisecon
 void os_huge_pages_configure(uint64_t hugetlb) INTERNAL; /* glibc.malloc.hugetlb */
 void os_advise_huge_pages(void *address, size_t size) INTERNAL; /* hugetlb 1: MADV_HUGEPAGE */
 void os_segments_init(void) INTERNAL; /* the segment map read-only; THP "always": none */
-bool os_segment_map_writable(const _Atomic uint8_t *entry) INTERNAL; /* false: no memory */
-void os_advise_segment(void *segment) INTERNAL; /* a new segment: huge pages or none */
+bool os_segment_map_writable(uintptr_t index) INTERNAL; /* false: no memory */
+void os_advise_segment(void *segment) INTERNAL;         /* a new segment: huge pages or none */
 void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL; /* hugetlb 2+: NULL if not */
 
 /* Slices a large block of `size` bytes takes. */
@@ -191,16 +191,33 @@ static inline unsigned size_class_of(size_t size) {
 }
 
 /* ---- segment.c ---- */
-/* one byte per possible segment of the 47-bit user address space */
+/* One byte per possible segment of the 47-bit user address space, in a
+ * mapping of its own (os_segments_init, which says why not .bss). Until that
+ * exists `entries` is 1 and `bytes` a static zero byte: free(NULL) reads it,
+ * any other pointer is past the bound. Both are written once, `bytes` first. */
 #define SEGMENT_MAP_ENTRIES ((size_t)1 << (47 - SEGMENT_SHIFT))
-extern _Atomic uint8_t g_segment_map[SEGMENT_MAP_ENTRIES] INTERNAL;
+struct segment_map {
+    _Atomic uint8_t *bytes; /* 1: a segment of ours starts at index << SEGMENT_SHIFT */
+    uintptr_t entries;      /* bytes readable at `bytes`: 1, then SEGMENT_MAP_ENTRIES */
+};
+extern struct segment_map g_segment_map INTERNAL;
 /* NULL is never in a segment (byte 0 stays clear). */
 static inline bool segment_map_contains(uintptr_t address) {
     uintptr_t index = address >> SEGMENT_SHIFT;
-    if (unlikely(index >= SEGMENT_MAP_ENTRIES)) return false;
+    /* One compare against the bound in memory (an atomic load would take an
+     * instruction more). A pointer we handed out reaches here after the
+     * hand-out, which came after the map and its bound were set; any other
+     * pointer freed while the first malloc sets them up may meet the new
+     * bound with the old byte, and then reads memory beyond that byte
+     * instead of reporting an invalid pointer. */
+    bool outside;
+    __asm__("cmp %[entries], %[index]"
+            : "=@ccae"(outside)
+            : [index] "r"(index), [entries] "m"(g_segment_map.entries));
+    if (unlikely(outside)) return false;
     /* relaxed: a pointer we returned was registered before it was handed out,
      * and the hand-out itself orders the caller after the registration. */
-    return atomic_load_explicit(&g_segment_map[index], memory_order_relaxed) != 0;
+    return atomic_load_explicit(&g_segment_map.bytes[index], memory_order_relaxed) != 0;
 }
 static inline struct segment *segment_of(const void *p) {
     return (struct segment *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);

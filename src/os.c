@@ -296,13 +296,10 @@ void os_advise_huge_pages(void *address, size_t size) {
  * of 16 (glibc 1.0, 1.5 and 12.7: its heaps fill their 2 MiB ranges before
  * the kernel can back them with one page), and releasing a 64 KiB slice split
  * the page. Segments opt out there, one madvise each, unless
- * glibc.malloc.hugetlb=1 asked for huge pages. So does the segment map, 32
- * MiB of .bss where the byte a segment sets took 2 MiB: at start-up, before
- * any segment exists, so that the huge zero page which free's reads of the
- * still-empty map may have faulted in can be dropped too (a write to it
- * became a huge page despite the advice; rel_aggressive, one run in two).
- * Blocks mapped on their own are left to the kernel, as glibc leaves its
- * mapped chunks. */
+ * glibc.malloc.hugetlb=1 asked for huge pages. (The segment map is
+ * read-only but for the pages that hold set bytes: it holds none.) Blocks
+ * mapped on their own are left to the kernel, as glibc leaves its mapped
+ * chunks. */
 static bool segments_refuse_thp;
 
 static void advise_pages(void *address, size_t size, int advice) {
@@ -313,54 +310,47 @@ static void advise_pages(void *address, size_t size, int advice) {
     raw_syscall6(SYS_madvise, (long)from, (long)(to - from), advice, 0, 0, 0);
 }
 
-/* The segment map (segment.c) is 32 MiB of .bss, which the kernel charges to
- * the process's commit: Committed_AS grew by 33 MiB a process, against
- * glibc's 0.4, and under vm.overcommit_memory=2 the charge is enforced (300
- * forked server processes would need 10 GB more). At start-up, before any
- * segment exists, the pages wholly inside it are mapped again read-only:
- * they read as zero as before, and a read-only private mapping is not
- * charged. The page of a byte about to be set is made writable first (one
- * page covers 16 GiB of address space). A read-only range of 4 KiB pages
- * can hold no huge page either: after the mprotect of one page the kernel
- * splits a huge zero page that reads faulted in. */
-static uintptr_t map_guard_begin, map_guard_end; /* the read-only range; equal if none */
-#define MAP_PAGES (sizeof g_segment_map / OS_PAGE_SIZE)
+/* The segment map (segment.c) is 32 MiB of address space, mapped read-only
+ * at start-up: it reads as zero and a read-only private mapping is not charged
+ * to the commit (as writable .bss it was: Committed_AS grew by 33 MiB a
+ * process, against glibc's 0.4, and under vm.overcommit_memory=2 the charge
+ * is enforced). The page of a byte about to be set is made writable first
+ * (one page covers 16 GiB of address space). A read-only range of 4 KiB
+ * pages can hold no huge page either: after the mprotect of one page the
+ * kernel splits a huge zero page that reads faulted in. It is not .bss: Linux
+ * places a file mapping of 2 MiB or more at a 2 MiB boundary, so a library
+ * that large loses 9 bits of address randomization, and every library mapped
+ * below it keeps a fixed offset to it (libc's address was fixed modulo 2 MiB
+ * in every process that loaded us). */
+#define MAP_PAGES (SEGMENT_MAP_ENTRIES / OS_PAGE_SIZE)
 static _Atomic uint8_t map_page_writable[MAP_PAGES]; /* 1: made writable */
 
-static void segment_map_protect(void) {
-    uintptr_t begin =
-        ((uintptr_t)g_segment_map + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
-    uintptr_t end =
-        ((uintptr_t)g_segment_map + sizeof g_segment_map) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
-    COUNT(mmap_calls, 1);
-    long r = raw_syscall6(SYS_mmap, (long)begin, (long)(end - begin), PROT_READ,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
-    if (r != (long)begin) return; /* the .bss stays as it was: writable, charged */
-    map_guard_begin = begin;
-    map_guard_end = end;
-}
-
-bool os_segment_map_writable(const _Atomic uint8_t *entry) {
-    uintptr_t at = (uintptr_t)entry;
-    if (at < map_guard_begin || at >= map_guard_end) return true;
-    size_t page = (at - map_guard_begin) / OS_PAGE_SIZE;
+bool os_segment_map_writable(uintptr_t index) {
+    /* written before any segment is made (allocator_init) */
+    if (index >= g_segment_map.entries) return false; /* no map: no segment either */
+    size_t page = index / OS_PAGE_SIZE;
     /* acquire: pairs with the release below, so the mprotect is complete */
     if (atomic_load_explicit(&map_page_writable[page], memory_order_acquire)) return true;
-    long r = raw_syscall6(SYS_mprotect, (long)(at & ~(uintptr_t)(OS_PAGE_SIZE - 1)), OS_PAGE_SIZE,
-                          PROT_READ | PROT_WRITE, 0, 0, 0);
+    long r = raw_syscall6(SYS_mprotect, (long)(g_segment_map.bytes + page * OS_PAGE_SIZE),
+                          OS_PAGE_SIZE, PROT_READ | PROT_WRITE, 0, 0, 0);
     if (r != 0) return false; /* the commit limit, or the mapping count: no segment */
     atomic_store_explicit(&map_page_writable[page], 1, memory_order_release);
     return true;
 }
 
 void os_segments_init(void) {
-    segment_map_protect();
-    if (thp_wanted || !thp_mode_is("[always]")) return;
-    segments_refuse_thp = true;
-    if (map_guard_end != map_guard_begin) return;
-    advise_pages((void *)g_segment_map, sizeof g_segment_map, MADV_NOHUGEPAGE);
-    advise_pages((void *)g_segment_map, sizeof g_segment_map,
-                 MADV_DONTNEED); /* all zero: no segment yet */
+    COUNT(mmap_calls, 1);
+    long r = raw_syscall6(SYS_mmap, 0, (long)SEGMENT_MAP_ENTRIES, PROT_READ,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    /* without the map no segment is made: small blocks fail with ENOMEM,
+     * blocks mapped on their own still work */
+    if (r < 0 && r > -4096) return;
+    /* the pointer first: a bound seen is then a mapping there (x86-64 keeps
+     * stores in order; the fence keeps the compiler from swapping them) */
+    __atomic_store_n(&g_segment_map.bytes, (_Atomic uint8_t *)r, __ATOMIC_RELAXED);
+    atomic_signal_fence(memory_order_release);
+    __atomic_store_n(&g_segment_map.entries, SEGMENT_MAP_ENTRIES, __ATOMIC_RELAXED);
+    if (!thp_wanted && thp_mode_is("[always]")) segments_refuse_thp = true;
 }
 
 void os_advise_segment(void *segment) {

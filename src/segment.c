@@ -20,7 +20,8 @@ static inline uint64_t run_starts(uint64_t free_mask, unsigned count) {
  * zero-initialised .bss, of which only the pages for addresses in use are ever
  * touched (one 4 KiB page of it covers 16 GiB). A byte rather than a bit:
  * free's test is then one load and compare (3 instructions fewer a free). */
-_Atomic uint8_t g_segment_map[SEGMENT_MAP_ENTRIES];
+static _Atomic uint8_t segment_map_before_init; /* byte 0 of the map until it exists */
+struct segment_map g_segment_map = {.bytes = &segment_map_before_init, .entries = 1};
 
 struct spin_lock g_registry_lock = SPIN_LOCK_INIT;
 struct segment *g_registry; /* all live segments (registry lock) */
@@ -68,7 +69,7 @@ static void segment_map_set(struct segment *segment, bool present) {
     /* release: a reader that sees the byte set also sees the initialised
      * header. Each byte has one writer at a time: the segment's creator or
      * its destroyer. */
-    atomic_store_explicit(&g_segment_map[(uintptr_t)segment >> SEGMENT_SHIFT], present,
+    atomic_store_explicit(&g_segment_map.bytes[(uintptr_t)segment >> SEGMENT_SHIFT], present,
                           memory_order_release);
 }
 
@@ -95,7 +96,7 @@ static struct segment *segment_create(void) {
     /* memory is short: cached huge mappings hold address space too */
     if (segment == NULL && huge_cache_trim(true, 0)) segment = os_map_segment();
     if (segment == NULL) return NULL;
-    if (!os_segment_map_writable(&g_segment_map[(uintptr_t)segment >> SEGMENT_SHIFT])) {
+    if (!os_segment_map_writable((uintptr_t)segment >> SEGMENT_SHIFT)) {
         os_unmap(segment, SEGMENT_SIZE);
         return NULL;
     }

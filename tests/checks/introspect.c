@@ -59,7 +59,8 @@ int main(void) {
     pthread_create(&freer, NULL, free_all, blocks);
     pthread_join(freer, NULL);
     struct mallinfo2 freed = mallinfo2();
-    CHECK(freed.uordblks + N * 1000 <= owned.uordblks, "blocks freed by another thread still in use");
+    CHECK(freed.uordblks + N * 1000 <= owned.uordblks,
+          "blocks freed by another thread still in use");
 
     pthread_barrier_init(&barrier, NULL, 3);
     pthread_t t[2];
