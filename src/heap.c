@@ -574,6 +574,27 @@ void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
     return heap_malloc_class(heap, cls);
 }
 
+/* calloc of a large block: clears the slices that may hold old data and
+ * leaves those that read as zero alone, since a memset would fault them in
+ * (a run is taken for its resident slices first, and may end on clean ones). */
+static void large_clear_dirty(const struct page *page, size_t size) {
+    char *start = (char *)page_slices_begin(page);
+    unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
+    for (unsigned i = 0; i < slices;) {
+        if (page->clean_slices >> i & 1) {
+            i++;
+            continue;
+        }
+        unsigned end = i + 1;
+        while (end < slices && !(page->clean_slices >> end & 1))
+            end++;
+        size_t to = (size_t)end << SLICE_SHIFT;
+        memset(start + ((size_t)i << SLICE_SHIFT), 0,
+               (to < size ? to : size) - ((size_t)i << SLICE_SHIFT));
+        i = end;
+    }
+}
+
 static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     unsigned slices = slices_for_size(size);
     /* Straight from the segment, where freed large pages went (heap_page_empty). */
@@ -584,9 +605,13 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     page->used = 1;
     heap->large_allocs++;
     large_insert(heap, page);
-    if (is_zero) *is_zero = page->is_zero;
     struct block *b = (struct block *)page_start(page);
-    if (!page->is_zero) b->free_key = 0; /* reused slices may hold a stale key */
+    if (is_zero) {
+        large_clear_dirty(page, size);
+        *is_zero = true;
+    } else if (!page->is_zero) {
+        b->free_key = 0; /* reused slices may hold a stale key */
+    }
     return b;
 }
 

@@ -355,6 +355,7 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
         page[i].first = page;
     page->slice_count = (uint8_t)count;
     page->is_zero = was_dirty == 0;
+    page->clean_slices = (run_mask((unsigned)first, count) & ~was_dirty) >> first;
     segment->used_pages++;
     return page;
 }

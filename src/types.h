@@ -81,12 +81,14 @@ struct page {
     struct block *free __attribute__((aligned(64))); /* owner only: local free list */
     struct page *next;                               /* owner only: circular class queue */
     struct page *prev;                               /* owner only: circular class queue */
-    uint16_t used;     /* owner only: blocks out, minus those collected */
-    uint16_t capacity; /* owner only: blocks carved into lists so far */
-    uint8_t is_zero;   /* fresh from the kernel and no block freed since: blocks read
-                          as zero but for their link words (calloc skips the memset) */
-    uint8_t in_full;   /* owner only: on its class's full list (heap.c), not in the queue */
-    char owner_padding[34];
+    uint64_t clean_slices; /* owner only: slices of the run (bit i: its slice i) that read as
+                              zero when it was taken; calloc of a large block clears the rest */
+    uint16_t used;         /* owner only: blocks out, minus those collected */
+    uint16_t capacity;     /* owner only: blocks carved into lists so far */
+    uint8_t is_zero;       /* fresh from the kernel and no block freed since: blocks read
+                              as zero but for their link words (calloc skips the memset) */
+    uint8_t in_full;       /* owner only: on its class's full list (heap.c), not in the queue */
+    char owner_padding[26];
     /* Line 2: other threads push here. A list head in the low 48 bits and the
      * list's length in the top 16 (THREAD_FREE_COUNT_SHIFT), so the owner
      * learns the count from its one exchange instead of walking blocks that

@@ -46,6 +46,41 @@ int main(void) {
         }
     }
 
+    /* Large blocks on runs of free slices partly dirty, partly never used
+     * (calloc clears only the dirty slices): dirty blocks freed in between
+     * live ones, then calloc'ed back at other sizes and offsets. */
+    enum { L = 24 };
+    unsigned seed = 12345;
+    for (int round = 0; round < 40; round++) {
+        void *live[L];
+        for (int i = 0; i < L; i++) {
+            seed = seed * 1103515245 + 12345;
+            size_t n = (size_t)(40 + (seed >> 16) % 400) << 10;
+            live[i] = malloc(n);
+            CHECK(live[i] != NULL);
+            memset(live[i], 0x5A, n);
+        }
+        for (int i = round % 2; i < L; i += 2) {
+            free(live[i]);
+            live[i] = NULL;
+        }
+        for (int i = 0; i < L; i++) {
+            seed = seed * 1103515245 + 12345;
+            size_t n = (size_t)(65 + (seed >> 16) % 3000) << 10;
+            n += seed % 4096;
+            unsigned char *c = calloc(1, n);
+            CHECK(c != NULL);
+            check_zero(c, n, n, round);
+            memset(c, 0x6B, n);
+            if (live[i] == NULL)
+                live[i] = c;
+            else
+                free(c);
+        }
+        for (int i = 0; i < L; i++)
+            free(live[i]);
+    }
+
     /* Many small blocks freed in a mixed order, then calloc'ed back. */
     enum { M = 20000 };
     static void *blk[M];
