@@ -156,7 +156,7 @@ void os_clock_init(void) INTERNAL;                       /* finds the vDSO's clo
 uint32_t clock_ms(void) INTERNAL;                        /* monotonic milliseconds (coarse clock) */
 void os_huge_pages_configure(uint64_t hugetlb) INTERNAL; /* glibc.malloc.hugetlb */
 void os_advise_huge_pages(void *address, size_t size) INTERNAL; /* hugetlb 1: MADV_HUGEPAGE */
-void os_segments_init(void) INTERNAL; /* the segment map read-only; THP "always": none */
+void os_segments_init(void) INTERNAL; /* maps the segment map; THP "always": none */
 bool os_segment_map_writable(uintptr_t index) INTERNAL; /* false: no memory */
 void os_advise_segment(void *segment) INTERNAL;         /* a new segment: huge pages or none */
 void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL; /* hugetlb 2+: NULL if not */

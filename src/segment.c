@@ -16,10 +16,11 @@ static inline uint64_t run_starts(uint64_t free_mask, unsigned count) {
     return starts;
 }
 
-/* One byte per possible segment in the 47-bit user address space: 32 MiB of
- * zero-initialised .bss, of which only the pages for addresses in use are ever
- * touched (one 4 KiB page of it covers 16 GiB). A byte rather than a bit:
- * free's test is then one load and compare (3 instructions fewer a free). */
+/* One byte per possible segment in the 47-bit user address space: 32 MiB
+ * mapped at start-up (os_segments_init), of which only the pages for addresses
+ * in use are ever touched (one 4 KiB page of it covers 16 GiB). A byte rather
+ * than a bit: free's test is then one load and compare (3 instructions fewer
+ * a free). */
 static _Atomic uint8_t segment_map_before_init; /* byte 0 of the map until it exists */
 struct segment_map g_segment_map = {.bytes = &segment_map_before_init, .entries = 1};
 
