@@ -204,20 +204,22 @@ extern struct segment_map g_segment_map INTERNAL;
 /* NULL is never in a segment (byte 0 stays clear). */
 static inline bool segment_map_contains(uintptr_t address) {
     uintptr_t index = address >> SEGMENT_SHIFT;
-    /* One compare against the bound in memory (an atomic load would take an
-     * instruction more). A pointer we handed out reaches here after the
-     * hand-out, which came after the map and its bound were set; any other
-     * pointer freed while the first malloc sets them up may meet the new
-     * bound with the old byte, and then reads memory beyond that byte
-     * instead of reporting an invalid pointer. */
+    /* The bound and then the map's address, in one asm so that the compiler
+     * keeps them in that order (x86-64 keeps loads in order, and the map's
+     * address is stored before the bound): a bound that covers the index
+     * comes with the mapping it bounds, also in a free racing the first
+     * malloc. Two instructions, as with a constant bound and a static map. */
     bool outside;
-    __asm__("cmp %[entries], %[index]"
-            : "=@ccae"(outside)
-            : [index] "r"(index), [entries] "m"(g_segment_map.entries));
+    _Atomic uint8_t *bytes;
+    __asm__(
+        "cmp %[entries], %[index]\n\t"
+        "mov %[map], %[bytes]"
+        : "=@ccae"(outside), [bytes] "=r"(bytes)
+        : [index] "r"(index), [entries] "m"(g_segment_map.entries), [map] "m"(g_segment_map.bytes));
     if (unlikely(outside)) return false;
     /* relaxed: a pointer we returned was registered before it was handed out,
      * and the hand-out itself orders the caller after the registration. */
-    return atomic_load_explicit(&g_segment_map.bytes[index], memory_order_relaxed) != 0;
+    return atomic_load_explicit(&bytes[index], memory_order_relaxed) != 0;
 }
 static inline struct segment *segment_of(const void *p) {
     return (struct segment *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);
