@@ -11,12 +11,17 @@
  *                                        process's RssAnon while all hold them
  *   patterns aligned ALIGN ROUNDS        ROUNDS times, 256 posix_memalign(ALIGN)
  *                                        blocks of 16-515 bytes, then frees
+ *   patterns calloc-large MODE STEPS     16 slots; each step frees one and
+ *                                        callocs 64 KiB-4 MiB there, then
+ *                                        touches one byte of it (MODE sparse)
+ *                                        or writes all of it (dense)
  *
  * Fixed work and fixed seeds; the time is the caller's to take (bench/run.py,
  * /usr/bin/time), so the program prints only a checksum (and, for threads,
  * the resident set). */
 #include "common.h"
 #include <pthread.h>
+#include <stdbool.h>
 
 static int realloc_grow(long mib, long step, long reps) {
     size_t max = (size_t)mib << 20;
@@ -116,6 +121,32 @@ static int aligned(long alignment, long rounds) {
     return 0;
 }
 
+static int calloc_large(const char *mode, long steps) {
+    bool dense = strcmp(mode, "dense") == 0;
+    if (!dense && strcmp(mode, "sparse") != 0) return 2;
+    enum { SLOTS = 16 };
+    unsigned char *slot[SLOTS] = {0};
+    rng_t r;
+    rng_seed(&r, 7);
+    uint64_t sum = 0;
+    for (long s = 0; s < steps; s++) {
+        size_t i = rng_below(&r, SLOTS);
+        size_t n = ((size_t)64 << 10) + rng_below(&r, ((size_t)4 << 20) - ((size_t)64 << 10));
+        free(slot[i]);
+        slot[i] = calloc(1, n);
+        if (slot[i] == NULL) return 1;
+        sum += slot[i][n / 3]; /* reads zero */
+        if (dense)
+            memset(slot[i], (int)s, n);
+        else
+            slot[i][n / 2] = 1;
+    }
+    for (int i = 0; i < SLOTS; i++)
+        free(slot[i]);
+    printf("calloc-large sum=%llu\n", (unsigned long long)sum);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     if (strcmp(what, "realloc-grow") == 0)
@@ -128,7 +159,9 @@ int main(int argc, char **argv) {
                        arg_long(argc, argv, 4, 8));
     if (strcmp(what, "aligned") == 0)
         return aligned(arg_long(argc, argv, 2, 64), arg_long(argc, argv, 3, 40000));
+    if (strcmp(what, "calloc-large") == 0)
+        return calloc_large(argc > 2 ? argv[2] : "sparse", arg_long(argc, argv, 3, 4000));
     fprintf(stderr, "usage: patterns realloc-grow MIB STEP REPS | large-heap LIVE STEPS | "
-                    "threads N OBJS CLASSES | aligned ALIGN ROUNDS\n");
+                    "threads N OBJS CLASSES | aligned ALIGN ROUNDS | calloc-large MODE STEPS\n");
     return 2;
 }
