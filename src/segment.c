@@ -272,21 +272,49 @@ struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
  * slice that last held a page of its class: the blocks fall where they fell
  * before, so the OS pages it touches are those already resident (threads
  * that come and go otherwise spread every class over every slice in turn:
- * threadchurn's RSS grew with the waves). */
+ * threadchurn's RSS grew with the waves). Among runs wholly dirty, or
+ * wholly clean, a run goes in the shortest stretch of free slices that holds
+ * it (best fit): placed at the lowest one, shorter runs broke up the long
+ * stretches that 2-4 MiB blocks need, and those blocks then took fresh
+ * memory (`large`: peak RSS 107.8 -> 104.4 MiB, CPU even). With `place`
+ * false (a search that only weighs segments) the start is not chosen. */
 struct run_choice {
     int8_t first;    /* first slice, -1 if no run fits */
     uint8_t dirty;   /* dirty slices in the run */
     bool same_class; /* one slice that last held a page of the class asked for */
 };
 
+/* Of the candidate starts, one in the shortest stretch of free slices
+ * (best fit), the lowest there: long stretches stay whole for long runs. */
+static inline int tightest_start(uint64_t free_mask, uint64_t candidates) {
+    int best = -1;
+    unsigned best_length = 65;
+    for (uint64_t rest = candidates; rest;) {
+        unsigned first = (unsigned)__builtin_ctzll(rest);
+        uint64_t above = ~(free_mask >> first);
+        unsigned end = above ? first + (unsigned)__builtin_ctzll(above) : 64;
+        uint64_t below = ~free_mask & (((uint64_t)1 << first) - 1);
+        unsigned begin = below ? 64 - (unsigned)__builtin_clzll(below) : 0;
+        if (end - begin < best_length) {
+            best = (int)first;
+            best_length = end - begin;
+        }
+        /* the stretch's other candidates weigh the same */
+        rest = end < 64 ? rest & ~(((uint64_t)1 << end) - 1) : 0;
+    }
+    return best;
+}
+
 static inline __attribute__((always_inline)) struct run_choice
-find_free_run(const struct segment *segment, unsigned count, unsigned cls) {
+find_free_run(const struct segment *segment, unsigned count, unsigned cls, bool place) {
     uint64_t free_mask = segment->free_slices, dirty = segment->dirty_slices & free_mask;
     struct run_choice choice = {-1, 0, false};
     uint64_t starts = run_starts(free_mask, count);
     if (starts == 0) return choice;
     if (dirty == 0) {
-        choice.first = (int8_t)__builtin_ctzll(starts);
+        /* the first start of each stretch */
+        choice.first = (int8_t)(place ? tightest_start(free_mask, starts & ~(starts << 1))
+                                      : __builtin_ctzll(starts));
         return choice;
     }
     if (count == 1) {
@@ -306,7 +334,8 @@ find_free_run(const struct segment *segment, unsigned count, unsigned cls) {
     /* A run wholly dirty is the best there is: found with count shifts. */
     uint64_t dirty_starts = starts & run_starts(dirty, count);
     if (dirty_starts) {
-        choice.first = (int8_t)__builtin_ctzll(dirty_starts);
+        choice.first = (int8_t)(place ? tightest_start(free_mask, dirty_starts)
+                                      : __builtin_ctzll(dirty_starts));
         choice.dirty = (uint8_t)count;
         return choice;
     }
@@ -345,7 +374,7 @@ static uint64_t segment_take_slices(struct heap *heap, struct segment *segment, 
 static struct page *segment_take_run(struct heap *heap, struct segment *segment, unsigned count,
                                      unsigned cls) {
     spin_lock(&segment->lock);
-    int first = find_free_run(segment, count, cls).first;
+    int first = find_free_run(segment, count, cls, true).first;
     if (first < 0) {
         spin_unlock(&segment->lock);
         return NULL;
@@ -387,7 +416,7 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
         if (!segment_may_fit(s, count)) continue;
         weighed++;
         spin_lock(&s->lock);
-        struct run_choice run = find_free_run(s, count, cls);
+        struct run_choice run = find_free_run(s, count, cls, false);
         spin_unlock(&s->lock);
         if (run.first >= 0 &&
             (best == NULL || run.dirty > best_run.dirty ||
