@@ -162,6 +162,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     uintptr_t base = 0;
     size_t mapped = map_size;
     bool reused = false;
+    uint64_t generation = os_unmapping_generation();
     if (retain_on_free) {
         spin_lock(&g_huge_lock);
         struct cached_mapping c = cache_take(map_size);
@@ -195,10 +196,15 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         if (base == 0) {
             /* Memory is short (RLIMIT_AS, overcommit): give cached mappings
              * (up to 64 MiB) and cached empty segments (up to 1040, 4 MiB of
-             * address space each) back and try once more. */
+             * address space each) back and try once more, and again while
+             * other threads' trims give address space back. */
             bool freed = huge_cache_trim(true, 0);
             freed |= segment_cache_trim(true, 0);
             if (freed) base = (uintptr_t)os_map_block(map_size);
+            for (int retry = 0; base == 0 && retry < 8 && os_unmapping_wait(generation); retry++) {
+                generation = os_unmapping_generation();
+                base = (uintptr_t)os_map_block(map_size);
+            }
             if (base == 0) return NULL;
         }
         os_advise_huge_pages((void *)base, map_size);
@@ -304,6 +310,7 @@ void *huge_realloc(void *p, size_t size) {
 /* Unmaps cached mappings: all, or those unused for the purge delay. */
 bool huge_cache_trim(bool everything, uint32_t now) {
     bool released = false;
+    os_unmapping_begin();
     for (int i = 0; i < CACHE_SLOTS; i++) {
         spin_lock(&g_huge_lock);
         bool take = cache[i].base && (everything || (uint32_t)(now - cache[i].freed_at_ms) >=
@@ -314,6 +321,7 @@ bool huge_cache_trim(bool everything, uint32_t now) {
         os_unmap((void *)c.base, c.map_size);
         released = true;
     }
+    os_unmapping_end();
     return released;
 }
 

@@ -137,6 +137,16 @@ struct os_counters {
 extern struct os_counters g_os INTERNAL;
 void *os_map(size_t size) INTERNAL; /* our own memory, MAP_NORESERVE; NULL on failure */
 void os_unmap(void *address, size_t size) INTERNAL;
+/* Around a trim that takes mappings off a cache and unmaps them: while one
+ * runs, the address space it is giving back is on no list and not free yet.
+ * A mapping that failed for want of address space (RLIMIT_AS) calls
+ * os_unmapping_wait with the generation read before it: true when a trim
+ * has ended since, after waiting (a bounded time) for those still running,
+ * so that one more try may succeed. */
+void os_unmapping_begin(void) INTERNAL;
+void os_unmapping_end(void) INTERNAL;
+uint64_t os_unmapping_generation(void) INTERNAL;
+bool os_unmapping_wait(uint64_t generation_before) INTERNAL;
 bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
 /* Releases up to 64 ranges in as few calls as it can; bit i: ranges[i] went back. */
 uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) INTERNAL;

@@ -96,6 +96,35 @@ void os_unmap(void *address, size_t size) {
     atomic_fetch_sub_explicit(&g_os.bytes_mapped, size, memory_order_relaxed);
 }
 
+static _Atomic uint32_t unmapping_trims;      /* trims running */
+static _Atomic uint64_t unmapping_generation; /* trims ended */
+
+void os_unmapping_begin(void) {
+    /* relaxed, all four: a hint to try a mapping once more, which the kernel
+     * then answers; nothing is published through them */
+    atomic_fetch_add_explicit(&unmapping_trims, 1, memory_order_relaxed);
+}
+
+void os_unmapping_end(void) {
+    atomic_fetch_add_explicit(&unmapping_generation, 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(&unmapping_trims, 1, memory_order_relaxed);
+}
+
+uint64_t os_unmapping_generation(void) {
+    return atomic_load_explicit(&unmapping_generation, memory_order_relaxed);
+}
+
+bool os_unmapping_wait(uint64_t generation_before) {
+    /* a time bound, not a count: on a loaded machine a thousand yields
+     * passed before a trim's munmaps of 100 MiB were done (and a fork child
+     * whose parent forked mid-trim sees a count that never drops) */
+    uint32_t start = clock_ms();
+    while (atomic_load_explicit(&unmapping_trims, memory_order_relaxed) &&
+           (uint32_t)(clock_ms() - start) < 200)
+        raw_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+    return os_unmapping_generation() != generation_before;
+}
+
 bool os_release(void *address, size_t size) {
     COUNT(madvise_calls, 1);
     bool ok = raw_syscall6(SYS_madvise, (long)address, (long)size, MADV_DONTNEED, 0, 0, 0) == 0;
