@@ -58,7 +58,11 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
         /* A page on memory fresh from the kernel, none of whose blocks was
          * ever freed, holds zeros but for the free-list link we wrote. */
         const struct page *page = page_of(segment_of(p), p);
-        memset(p, 0, page->is_zero && total > sizeof(struct block) ? sizeof(struct block) : total);
+        /* relaxed: after an exit-heap malloc (under its lock) another
+         * exiting thread may clear the flag meanwhile; it only goes from 1
+         * to 0 while blocks are out, so either value is right for this one */
+        bool fresh = __atomic_load_n(&page->is_zero, __ATOMIC_RELAXED);
+        memset(p, 0, fresh && total > sizeof(struct block) ? sizeof(struct block) : total);
         return p;
     }
     bool is_zero = false;

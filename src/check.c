@@ -60,7 +60,8 @@ void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_
          * before another thread's mallopt(M_PERTURB) turned checked mode on
          * came here through malloc and trusts that flag (mt_tsan caught a
          * calloc returning the fill) */
-        page_of(segment_of(p), p)->is_zero = 0;
+        __atomic_store_n(&page_of(segment_of(p), p)->is_zero, 0,
+                         __ATOMIC_RELAXED); /* as calloc reads it */
     }
     if (g_options.secure) secure_write_trailer(p, usable, size);
     return p;

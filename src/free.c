@@ -18,7 +18,8 @@ static inline void free_local(struct segment *segment, struct page *page, struct
     block_link_set(b, page->free);
     b->free_key = free_key_of(page);
     page->free = b;
-    page->is_zero = 0; /* a block with user data is on the list now (calloc) */
+    /* a block with user data is on the list now; relaxed: as calloc reads it */
+    __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
     /* the only page of its class stays, in aggressive mode too: a malloc/free
      * loop must not thrash */
     if (unlikely(--page->used == 0) &&

@@ -407,7 +407,7 @@ static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned sl
         page = entry.page;
         *reusable = !entry.clean && page->class_index == cls;
         if (!entry.clean) retained_change(page_bytes(page), false);
-        page->is_zero = entry.clean;
+        __atomic_store_n(&page->is_zero, entry.clean, __ATOMIC_RELAXED); /* as calloc reads it */
     }
     spin_unlock(&heap->cache_lock);
     return page;

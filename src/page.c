@@ -97,7 +97,7 @@ static void page_reset_reclaimed(struct page *page) {
     spin_unlock(&segment->lock);
     page->used = 0;
     page->free = NULL;
-    page->is_zero = 1;
+    __atomic_store_n(&page->is_zero, 1, __ATOMIC_RELAXED); /* relaxed: as calloc reads it */
 }
 
 /* Moves the blocks other threads freed onto the local free list. The push
@@ -130,7 +130,8 @@ static NOINLINE uint32_t page_collect_remote_list(struct page *page) {
         page->free = list;
     }
     page->used = (uint16_t)(page->used - count);
-    page->is_zero = 0; /* blocks with user data are on the list now (calloc) */
+    /* blocks with user data are on the list now; relaxed: as calloc reads it */
+    __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
     return count;
 }
 

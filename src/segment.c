@@ -392,7 +392,7 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     for (unsigned i = 0; i < count; i++)
         page[i].first = page;
     page->slice_count = (uint8_t)count;
-    page->is_zero = was_dirty == 0;
+    __atomic_store_n(&page->is_zero, was_dirty == 0, __ATOMIC_RELAXED); /* as calloc reads it */
     page->clean_slices = (run_mask((unsigned)first, count) & ~was_dirty) >> first;
     segment->used_pages++;
     return page;
