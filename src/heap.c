@@ -609,8 +609,8 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     if (is_zero) {
         large_clear_dirty(page, size);
         *is_zero = true;
-    } else if (!page->is_zero) {
-        b->free_key = 0; /* reused slices may hold a stale key */
+    } else if (!(page->clean_slices & 1)) {
+        b->free_key = 0; /* a reused first slice may hold a stale key */
     }
     return b;
 }

@@ -201,10 +201,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
             bool freed = huge_cache_trim(true, 0);
             freed |= segment_cache_trim(true, 0);
             if (freed) base = (uintptr_t)os_map_block(map_size);
-            for (int retry = 0; base == 0 && retry < 8 && os_unmapping_wait(generation); retry++) {
-                generation = os_unmapping_generation();
-                base = (uintptr_t)os_map_block(map_size);
-            }
+            if (base == 0) base = (uintptr_t)os_map_after_trims(os_map_block, map_size, generation);
             if (base == 0) return NULL;
         }
         os_advise_huge_pages((void *)base, map_size);

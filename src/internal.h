@@ -147,6 +147,9 @@ void os_unmapping_begin(void) INTERNAL;
 void os_unmapping_end(void) INTERNAL;
 uint64_t os_unmapping_generation(void) INTERNAL;
 bool os_unmapping_wait(uint64_t generation_before) INTERNAL;
+/* map(size) again while os_unmapping_wait says trims have ended (8 tries at most). */
+void *os_map_after_trims(void *(*map)(size_t size), size_t size,
+                         uint64_t generation_before) INTERNAL;
 bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
 /* Releases up to 64 ranges in as few calls as it can; bit i: ranges[i] went back. */
 uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) INTERNAL;

@@ -125,6 +125,15 @@ bool os_unmapping_wait(uint64_t generation_before) {
     return os_unmapping_generation() != generation_before;
 }
 
+void *os_map_after_trims(void *(*map)(size_t size), size_t size, uint64_t generation_before) {
+    void *p = NULL;
+    for (int retry = 0; p == NULL && retry < 8 && os_unmapping_wait(generation_before); retry++) {
+        generation_before = os_unmapping_generation();
+        p = map(size);
+    }
+    return p;
+}
+
 bool os_release(void *address, size_t size) {
     COUNT(madvise_calls, 1);
     bool ok = raw_syscall6(SYS_madvise, (long)address, (long)size, MADV_DONTNEED, 0, 0, 0) == 0;

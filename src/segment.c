@@ -83,6 +83,11 @@ void retained_slices_note(uint64_t slices_mask, bool add) {
         atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
 }
 
+static void *map_segment(size_t size) {
+    (void)size; /* always SEGMENT_SIZE */
+    return os_map_segment();
+}
+
 static struct segment *segment_create(void) {
     /* A cached huge mapping's pages are resident: they serve before new
      * ones, once the header is cleared; all its slices are then dirty. */
@@ -100,10 +105,7 @@ static struct segment *segment_create(void) {
      * RLIMIT_AS test (`oom mt`) failed 31 runs in 120 on the segments a huge
      * block's trim held, 3 in 120 with the wait */
     if (segment == NULL && huge_cache_trim(true, 0)) segment = os_map_segment();
-    for (int retry = 0; segment == NULL && retry < 8 && os_unmapping_wait(generation); retry++) {
-        generation = os_unmapping_generation();
-        segment = os_map_segment();
-    }
+    if (segment == NULL) segment = os_map_after_trims(map_segment, SEGMENT_SIZE, generation);
     if (segment == NULL) return NULL;
     if (!os_segment_map_writable((uintptr_t)segment >> SEGMENT_SHIFT)) {
         os_unmap(segment, SEGMENT_SIZE);

@@ -85,8 +85,10 @@ struct page {
                               zero when it was taken; calloc of a large block clears the rest */
     uint16_t used;         /* owner only: blocks out, minus those collected */
     uint16_t capacity;     /* owner only: blocks carved into lists so far */
-    uint8_t is_zero;       /* fresh from the kernel and no block freed since: blocks read
-                              as zero but for their link words (calloc skips the memset) */
+    uint8_t is_zero;       /* small pages: fresh from the kernel and no block freed since,
+                              so blocks read as zero but for their link words (calloc skips
+                              the memset; large pages use clean_slices). Relaxed atomic
+                              accesses: exiting threads share the exit heap's pages. */
     uint8_t in_full;       /* owner only: on its class's full list (heap.c), not in the queue */
     char owner_padding[26];
     /* Line 2: other threads push here. A list head in the low 48 bits and the
