@@ -247,6 +247,8 @@ static void cache_list_push(struct segment_cache_list *list, struct segment *seg
  * fork handlers take (one on a thread's own segment) leaves the child's
  * copy marked for good. */
 #define PURGE_WAIT_MAX 1000
+/* Out of memory, a wait is for a time: nothing else would serve anyway. */
+#define PURGE_WAIT_OOM_MS 200
 
 /* Some of its slices are out of the free mask while a purge releases them. */
 static bool segment_purging(struct segment *segment) {
@@ -413,6 +415,27 @@ static inline bool segment_may_fit(const struct segment *segment, unsigned count
     return run_starts(__atomic_load_n(&segment->free_slices, __ATOMIC_RELAXED), count) != 0;
 }
 
+/* A run in one of the heap's own segments, waiting while purges hold slices
+ * of some: up to PURGE_WAIT_MAX yields, or wait_ms if not 0. NULL if none. */
+static struct page *owned_take_run(struct heap *heap, unsigned count, unsigned cls,
+                                   uint32_t wait_ms) {
+    uint32_t start = wait_ms ? clock_ms() : 0;
+    for (unsigned wait = 0;; wait++) {
+        bool purging = false;
+        for (struct segment *s = heap->segments_avail; s; s = s->next) {
+            if (segment_may_fit(s, count)) {
+                struct page *page = segment_take_run(heap, s, count, cls);
+                if (page) return page;
+            }
+            purging = purging || segment_purging(s);
+        }
+        if (!purging) return NULL;
+        if (wait_ms ? (uint32_t)(clock_ms() - start) >= wait_ms : wait == PURGE_WAIT_MAX)
+            return NULL;
+        sched_yield();
+    }
+}
+
 struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls) {
     /* Of the first owned segments that can hold it, the one whose best run
      * is the most resident: a fully dirty run (of the same class, for a
@@ -443,18 +466,8 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
     /* A pass releasing slices gives them back within its madvise: waiting
      * for it beats taking one segment more (threads of a wave whose cached
      * segments a pass was releasing each mapped another one). */
-    for (unsigned wait = 0;; wait++) {
-        bool purging = false;
-        for (struct segment *s = heap->segments_avail; s; s = s->next) {
-            if (segment_may_fit(s, count)) {
-                struct page *page = segment_take_run(heap, s, count, cls);
-                if (page) return page;
-            }
-            purging = purging || segment_purging(s);
-        }
-        if (!purging || wait == PURGE_WAIT_MAX) break;
-        sched_yield();
-    }
+    struct page *page = owned_take_run(heap, count, cls, 0);
+    if (page) return page;
     /* An adopted segment may lack a long enough run, and so may a cached one
      * while a purger holds some of its slices (a pass takes them out of the
      * free mask during its madvise; a large block can need all 63). A new
@@ -464,8 +477,8 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
                                                   SEGMENT_NEW};
     for (unsigned attempt = 0; attempt < sizeof sources / sizeof sources[0]; attempt++) {
         struct segment *s = segment_acquire(heap, sources[attempt]);
-        if (s == NULL) return NULL;
-        struct page *page = segment_take_run(heap, s, count, cls);
+        if (s == NULL) break;
+        page = segment_take_run(heap, s, count, cls);
         for (unsigned wait = 0; page == NULL && wait < PURGE_WAIT_MAX && segment_purging(s);
              wait++) {
             sched_yield();
@@ -473,7 +486,11 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
         }
         if (page) return page;
     }
-    return NULL;
+    /* No address space for a new segment: those taken from the cache above
+     * may be in a purge whose madvise outlasts the yields on a loaded
+     * machine (oom mt under RLIMIT_AS: 5 failures in 150 runs, each with
+     * three cached segments 48-60 slices of which a pass was releasing). */
+    return owned_take_run(heap, count, cls, PURGE_WAIT_OOM_MS);
 }
 
 /* Grows a large page in place over the free slices right after it (owner
