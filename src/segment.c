@@ -74,6 +74,10 @@ static void segment_map_set(struct segment *segment, bool present) {
                           memory_order_release);
 }
 
+/* Called under a lock that fork_prepare takes: the segment's, where its free
+ * or dirty slices change, or the registry's, where it comes or goes. A fork
+ * child's count then matches its segments (a note made just after an unlock
+ * was lost or doubled in a child forked between them). */
 void retained_slices_note(uint64_t slices_mask, bool add) {
     uint64_t bytes = (uint64_t)bit_count(slices_mask) * SLICE_SIZE;
     /* relaxed: a statistic and a purge trigger; exact ordering is not needed. */
@@ -116,8 +120,8 @@ static struct segment *segment_create(void) {
      * of a page reads zero, whose block test accepts nothing. */
     free_slices_set(segment, ~(uint64_t)1); /* every slice but the header */
     segment->dirty_slices = dirty ? ~(uint64_t)0 : 1;
-    if (dirty) retained_slices_note(segment->free_slices, true);
     spin_lock(&g_registry_lock);
+    if (dirty) retained_slices_note(segment->free_slices, true);
     segment->all_next = g_registry;
     if (g_registry) g_registry->all_prev = segment;
     g_registry = segment;
@@ -134,9 +138,9 @@ static void segment_destroy(struct segment *segment) {
     else
         g_registry = segment->all_next;
     if (segment->all_next) segment->all_next->all_prev = segment->all_prev;
+    retained_slices_note(segment->free_slices & segment->dirty_slices & ~(uint64_t)1, false);
     spin_unlock(&g_registry_lock);
     segment_map_set(segment, false);
-    retained_slices_note(segment->free_slices & segment->dirty_slices & ~(uint64_t)1, false);
     atomic_fetch_sub_explicit(&g_segment_count, 1, memory_order_relaxed); /* statistic */
     os_unmap(segment, SEGMENT_SIZE);
 }
@@ -243,9 +247,9 @@ static void cache_list_push(struct segment_cache_list *list, struct segment *seg
 }
 
 /* Yields a page allocation waits for a purge releasing slices it could
- * take. Bounded: a fork in the middle of a release that holds no lock the
- * fork handlers take (one on a thread's own segment) leaves the child's
- * copy marked for good. */
+ * take. A count, not a time: the wait comes before a new segment is mapped,
+ * on any allocation that misses, so it must stay short (a fork child's
+ * releases that will never end are undone by heap_atfork_child). */
 #define PURGE_WAIT_MAX 1000
 /* Out of memory, a wait is for a time: nothing else would serve anyway. */
 #define PURGE_WAIT_OOM_MS 200
@@ -374,8 +378,8 @@ static uint64_t segment_take_slices(struct heap *heap, struct segment *segment, 
     free_slices_set(segment, segment->free_slices & ~mask);
     segment->dirty_slices |= mask;
     bool now_full = segment_full_locked(segment);
+    retained_slices_note(was_dirty, false); /* under the lock: see retained_slices_note */
     spin_unlock(&segment->lock);
-    retained_slices_note(was_dirty, false);
     /* relaxed: a statistic and a purge trigger, as g_retained_bytes */
     atomic_fetch_add_explicit(&g_page_slice_bytes, (uint64_t)bit_count(mask) << SLICE_SHIFT,
                               memory_order_relaxed);
@@ -533,8 +537,8 @@ static void segment_return_slices(struct heap *heap, struct segment *segment, un
         segment->dirty_slices &= ~mask;
     else
         segment->dirty_slices |= mask;
-    spin_unlock(&segment->lock);
     if (!clean) retained_slices_note(mask, true);
+    spin_unlock(&segment->lock);
     /* relaxed: as in segment_take_slices */
     atomic_fetch_sub_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
                               memory_order_relaxed);

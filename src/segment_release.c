@@ -61,8 +61,8 @@ size_t purge_batch_flush(struct purge_batch *batch) {
         free_slices_set(segment, segment->free_slices | taken);
         segment->purging_slices &= ~taken;
         segment->dirty_slices &= ~done;
-        spin_unlock(&segment->lock);
         retained_slices_note(done, false);
+        spin_unlock(&segment->lock);
     }
     batch->count = 0;
     return released;
