@@ -366,14 +366,6 @@ static uint64_t page_bytes(const struct page *page) {
     return (uint64_t)page->slice_count << SLICE_SHIFT;
 }
 
-static void retained_change(uint64_t bytes, bool add) {
-    /* relaxed: a statistic and a purge trigger, as in segment.c */
-    if (add)
-        atomic_fetch_add_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
-    else
-        atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
-}
-
 static void page_cache_push(struct heap *heap, struct page *page) {
     struct page *evicted = NULL;
     spin_lock(&heap->cache_lock);
@@ -383,11 +375,11 @@ static void page_cache_push(struct heap *heap, struct page *page) {
             heap->page_cache[i - 1] = heap->page_cache[i];
         heap->page_cache_count--;
         evicted = oldest.page;
-        if (!oldest.clean) retained_change(page_bytes(evicted), false);
+        if (!oldest.clean) retained_bytes_note(page_bytes(evicted), false);
     }
     heap->page_cache[heap->page_cache_count++] = (struct cached_page){page, clock_ms(), 0};
     spin_unlock(&heap->cache_lock);
-    retained_change(page_bytes(page), true);
+    retained_bytes_note(page_bytes(page), true);
     if (evicted) segment_page_free(heap, evicted);
 }
 
@@ -415,7 +407,7 @@ static struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned sl
         heap->page_cache_count--;
         page = entry.page;
         *reusable = !entry.clean && page->class_index == cls;
-        if (!entry.clean) retained_change(page_bytes(page), false);
+        if (!entry.clean) retained_bytes_note(page_bytes(page), false);
         __atomic_store_n(&page->is_zero, entry.clean, __ATOMIC_RELAXED); /* as calloc reads it */
     }
     spin_unlock(&heap->cache_lock);
@@ -440,7 +432,7 @@ static void page_cache_flush(struct heap *heap, bool everything) {
         }
         spin_unlock(&heap->cache_lock);
         if (entry.page == NULL) return;
-        if (!entry.clean) retained_change(page_bytes(entry.page), false);
+        if (!entry.clean) retained_bytes_note(page_bytes(entry.page), false);
         segment_page_free(heap, entry.page);
     }
 }
@@ -465,7 +457,7 @@ size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) {
     for (unsigned i = 0; i < count; i++) {
         if (!(went >> i & 1)) continue;
         entries[i]->clean = 1;
-        retained_change(ranges[i].iov_len, false);
+        retained_bytes_note(ranges[i].iov_len, false);
         released += ranges[i].iov_len;
     }
     spin_unlock(&heap->cache_lock);

@@ -79,7 +79,10 @@ static void segment_map_set(struct segment *segment, bool present) {
  * child's count then matches its segments (a note made just after an unlock
  * was lost or doubled in a child forked between them). */
 void retained_slices_note(uint64_t slices_mask, bool add) {
-    uint64_t bytes = (uint64_t)bit_count(slices_mask) * SLICE_SIZE;
+    retained_bytes_note((uint64_t)bit_count(slices_mask) * SLICE_SIZE, add);
+}
+
+void retained_bytes_note(uint64_t bytes, bool add) {
     /* relaxed: a statistic and a purge trigger; exact ordering is not needed. */
     if (add)
         atomic_fetch_add_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
