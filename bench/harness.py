@@ -134,7 +134,7 @@ def read_report(path):
 
 def run_once(argv, env, timeout=TIMEOUT_S, sample_rss=False):
     """Runs argv under bench/launch; returns wall, user, sys (s), rss (peak,
-    KiB), rc, out, err and, with sample_rss, avg_rss: the mean of VmRSS
+    KiB), faults (minor page faults), rc, out, err and, with sample_rss, avg_rss: the mean of VmRSS
     sampled every 10 ms from /proc/PID/status (KiB)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.NamedTemporaryFile(prefix="bench-report-") as report:
@@ -180,6 +180,7 @@ def run_once(argv, env, timeout=TIMEOUT_S, sample_rss=False):
         rc = os.waitstatus_to_exitcode(status) if status >= 0 else (p.returncode or 127)
         res = dict(wall=float(rep.get("wall", "nan")), user=float(rep.get("user", "nan")),
                    sys=float(rep.get("sys", "nan")), rss=int(rep.get("maxrss", "0")),
+                   faults=int(rep.get("minflt", "0")),
                    rc=rc, out=out.read().decode(errors="replace"),
                    err=err.read().decode(errors="replace"), timeout=bool(killed))
         if killed:

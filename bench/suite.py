@@ -146,6 +146,7 @@ def summarise(benches, allocs, results):
                                       user=median([r["user"] for r in runs]),
                                       sys=median([r["sys"] for r in runs]),
                                       rss=median([r["rss"] for r in runs]),
+                                      faults=median([r["faults"] for r in runs]),
                                       n=len(runs))
         peers = [row[a["name"]] for a in allocs if a["peer"] and a["name"] in row]
         best_t = min((p["wall"] for p in peers), default=None)
@@ -170,14 +171,16 @@ def bench_rows(b, allocs, summary):
     for a in allocs:
         v = row.get(a["name"])
         if not v:
-            rows.append([a["name"], "failed", "", "", "", "", ""])
+            rows.append([a["name"], "failed", "", "", "", "", "", ""])
             continue
         rows.append([a["name"], "%.3f" % v["wall"], "%.3f" % v["user"], "%.3f" % v["sys"],
-                     "%.1f" % (v["rss"] / 1024), "%.2f" % v["tr"], "%.2f" % v["rr"]])
+                     "%.1f" % (v["rss"] / 1024), "%d" % v["faults"], "%.2f" % v["tr"],
+                     "%.2f" % v["rr"]])
     return rows
 
 
-HDR = ["allocator", "wall s", "user s", "sys s", "peak RSS MiB", "time/best", "RSS/best"]
+HDR = ["allocator", "wall s", "user s", "sys s", "peak RSS MiB", "page faults", "time/best",
+       "RSS/best"]
 
 
 def print_bench(benches, allocs, summary, failures, elapsed):
@@ -203,7 +206,9 @@ def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, loa
          "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
          "- Machine: %s" % machine_text(allocs),
          "- Method: %d repetitions, runs interleaved across allocators; median wall, user and sys "
-         "time (`wait4` rusage) and median peak RSS (`ru_maxrss` of the child). Ratios are to "
+         "time (`wait4` rusage), median peak RSS (`ru_maxrss` of the child) and median minor "
+         "page faults (`ru_minflt`: on a virtual machine a fault can cost more than a page's "
+         "copy, so they explain much of the time). Ratios are to "
          "the best peer of glibc, jemalloc, tcmalloc and mimalloc on that benchmark "
          "(below 1.00: faster or smaller than every peer). Run took %.0f s; load average "
          "(1 min) %s at the start and %s at the end: on a shared machine wall time includes "
