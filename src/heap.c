@@ -28,6 +28,7 @@ static _Atomic int heap_key_ready;
 
 static void heap_thread_exit(void *arg);
 static void page_cache_flush(struct heap *heap, bool everything);
+static void page_cache_give_back_frozen(struct heap *heap);
 
 /* ---- class queues: circular lists whose head is pages_direct[class] ---- */
 
@@ -315,6 +316,7 @@ void heap_atfork_child(void) {
             heap->prev_heap = NULL;
             g_heaps = heap;
         } else {
+            page_cache_give_back_frozen(heap);
             heap->next_heap = heap_free_list; /* heap_create clears the rest */
             heap_free_list = heap;
             if (heap->id != EXIT_HEAP_ID) /* statistic: thread heaps */
@@ -378,8 +380,9 @@ static void page_cache_push(struct heap *heap, struct page *page) {
         if (!oldest.clean) retained_bytes_note(page_bytes(evicted), false);
     }
     heap->page_cache[heap->page_cache_count++] = (struct cached_page){page, clock_ms(), 0};
-    spin_unlock(&heap->cache_lock);
+    /* under the lock, which fork takes: a child's count matches its caches */
     retained_bytes_note(page_bytes(page), true);
+    spin_unlock(&heap->cache_lock);
     if (evicted) segment_page_free(heap, evicted);
 }
 
@@ -429,12 +432,26 @@ static void page_cache_flush(struct heap *heap, bool everything) {
             for (unsigned i = 1; i < heap->page_cache_count; i++)
                 heap->page_cache[i - 1] = heap->page_cache[i];
             heap->page_cache_count--;
+            if (!entry.clean) retained_bytes_note(page_bytes(entry.page), false);
         }
         spin_unlock(&heap->cache_lock);
         if (entry.page == NULL) return;
-        if (!entry.clean) retained_bytes_note(page_bytes(entry.page), false);
         segment_page_free(heap, entry.page);
     }
+}
+
+/* Fork child: the emptied pages a thread the child lacks had cached go back
+ * to their segments, which the child freezes: else nothing would ever reuse
+ * or release them (they stayed resident and counted as retained, out of
+ * malloc_trim's reach), and the heap structure, recycled for the child's
+ * next thread, forgot them. */
+static void page_cache_give_back_frozen(struct heap *heap) {
+    for (unsigned i = 0; i < heap->page_cache_count; i++) {
+        struct cached_page entry = heap->page_cache[i];
+        if (!entry.clean) retained_bytes_note(page_bytes(entry.page), false);
+        segment_page_free_frozen(entry.page, entry.clean);
+    }
+    heap->page_cache_count = 0;
 }
 
 /* Purger or malloc_trim, any thread, heaps lock held: release the memory of

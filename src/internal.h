@@ -278,6 +278,7 @@ struct segment *segment_acquire(struct heap *heap, enum segment_source source) I
 /* cls: the size class of the page, or LARGE_CLASS */
 struct page *segment_page_alloc(struct heap *heap, unsigned slices, unsigned cls) INTERNAL;
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
+void segment_page_free_frozen(struct page *page, bool clean) INTERNAL; /* fork child */
 bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
 void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;

@@ -524,8 +524,10 @@ bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
 /* Slices [first, first + count) of an owned segment go back to it: no
  * pointer into them is a block any more, and they join the retained memory
  * (unless `clean`: they read as zero). The caller updates the page. */
-static void segment_return_slices(struct heap *heap, struct segment *segment, unsigned first,
-                                  unsigned count, bool clean, uint32_t now) {
+/* The page's slices join the segment's free set (the owner's segment lists
+ * are the caller's business). */
+static void segment_slices_free(struct segment *segment, unsigned first, unsigned count, bool clean,
+                                uint32_t now) {
     uint64_t mask = run_mask(first, count);
     for (unsigned i = first; i < first + count; i++) {
         struct page *slice = &segment->pages[i];
@@ -545,6 +547,11 @@ static void segment_return_slices(struct heap *heap, struct segment *segment, un
     /* relaxed: as in segment_take_slices */
     atomic_fetch_sub_explicit(&g_page_slice_bytes, (uint64_t)count << SLICE_SHIFT,
                               memory_order_relaxed);
+}
+
+static void segment_return_slices(struct heap *heap, struct segment *segment, unsigned first,
+                                  unsigned count, bool clean, uint32_t now) {
+    segment_slices_free(segment, first, count, clean, now);
     if (segment->in_full_list) {
         list_remove(&heap->segments_full, segment);
         avail_push(heap, segment);
@@ -590,6 +597,18 @@ void segment_page_free(struct heap *heap, struct page *page) {
     if (OPTION(aggressive_madvise)) segment_purge_now(segment, now);
     if (segment->used_pages == 0 && (heap->segments_avail != segment || segment->next != NULL))
         segment_release_empty(heap, segment);
+}
+
+/* Fork child: an empty page that a thread the child lacks had cached. Its
+ * segment is frozen (heap_atfork_child): the slices go back to its free set,
+ * where purge passes and malloc_trim reach them, and no heap's lists change. */
+void segment_page_free_frozen(struct page *page, bool clean) {
+    struct segment *segment = segment_of(page);
+    unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;
+    page->slice_count = 0;
+    page->block_size = 0;
+    segment_slices_free(segment, first, count, clean || page->capacity == 0, clock_ms());
+    segment->used_pages--;
 }
 
 /* An owned segment with no page in use goes to the cache (or the kernel). */
