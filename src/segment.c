@@ -521,11 +521,10 @@ bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
     return true;
 }
 
-/* Slices [first, first + count) of an owned segment go back to it: no
+/* Slices [first, first + count) go back to their segment's free set: no
  * pointer into them is a block any more, and they join the retained memory
- * (unless `clean`: they read as zero). The caller updates the page. */
-/* The page's slices join the segment's free set (the owner's segment lists
- * are the caller's business). */
+ * (unless `clean`: they read as zero). The caller updates the page, and the
+ * owner's segment lists if there is an owner (segment_return_slices). */
 static void segment_slices_free(struct segment *segment, unsigned first, unsigned count, bool clean,
                                 uint32_t now) {
     uint64_t mask = run_mask(first, count);
@@ -549,6 +548,8 @@ static void segment_slices_free(struct segment *segment, unsigned first, unsigne
                               memory_order_relaxed);
 }
 
+/* segment_slices_free in an owned segment, whose place in the owner's
+ * lists may change with it. */
 static void segment_return_slices(struct heap *heap, struct segment *segment, unsigned first,
                                   unsigned count, bool clean, uint32_t now) {
     segment_slices_free(segment, first, count, clean, now);
