@@ -16,8 +16,22 @@ extern struct spin_lock g_exit_heap_lock INTERNAL;
  * interrupted this thread inside one of our locks: waiting would deadlock,
  * and glibc gives such a child no guarantee either), 1 the purge lock only (a
  * single-threaded process, whose only other thread can be our purger: it
- * holds other locks only inside a pass, under the purge lock), 2 all. */
-static int fork_locking;
+ * holds other locks only inside a pass, under the purge lock), 2 all.
+ * A fork in a signal handler that interrupted a fork nests inside it
+ * (prepare, prepare, parent, parent), so each level keeps its own: with one
+ * value for all, the inner fork's 0 made the outer one's parent handler
+ * leave the locks it had taken held. */
+#define FORK_NESTING_MAX 8
+static __thread uint8_t fork_locking_by_level[FORK_NESTING_MAX]
+    __attribute__((tls_model("initial-exec")));
+static __thread unsigned fork_depth __attribute__((tls_model("initial-exec")));
+
+/* The mode of the fork whose handlers run now (levels too deep to record
+ * took nothing). */
+static int fork_locking(void) {
+    unsigned level = fork_depth - 1;
+    return level < FORK_NESTING_MAX ? fork_locking_by_level[level] : 0;
+}
 
 /* glibc takes its stdio list lock only after running the prepare handlers.
  * A thread inside getline() holds a FILE lock and may wait for one of our
@@ -29,10 +43,14 @@ extern void _IO_list_unlock(void);
 __thread unsigned t_locks_held __attribute__((tls_model("initial-exec")));
 
 static void fork_prepare(void) {
-    fork_locking = t_locks_held != 0 ? 0 : __libc_single_threaded ? 1 : 2;
-    if (fork_locking == 0) return;
+    unsigned level = fork_depth++;
+    /* a fork in a handler that interrupts us from here on takes the next level */
+    atomic_signal_fence(memory_order_seq_cst);
+    int mode = t_locks_held != 0 ? 0 : __libc_single_threaded ? 1 : 2;
+    if (level < FORK_NESTING_MAX) fork_locking_by_level[level] = (uint8_t)mode;
+    if (fork_locking() == 0) return;
     spin_lock(&g_purge_lock);
-    if (fork_locking == 1) return;
+    if (fork_locking() == 1) return;
     _IO_list_lock();
     spin_lock(&g_exit_heap_lock); /* held around heap work: before the rest */
     spin_lock(&g_heaps_lock);
@@ -47,8 +65,8 @@ static void fork_prepare(void) {
 }
 
 static void fork_unlock_ours(void) {
-    if (fork_locking == 0) return;
-    if (fork_locking == 2) {
+    if (fork_locking() == 0) return;
+    if (fork_locking() == 2) {
         spin_unlock(&g_huge_lock);
         for (struct segment *s = g_registry; s; s = s->all_next)
             spin_unlock(&s->lock);
@@ -63,9 +81,16 @@ static void fork_unlock_ours(void) {
     spin_unlock(&g_purge_lock);
 }
 
+/* Back to the enclosing fork's level, once this one's locks are released. */
+static void fork_level_end(void) {
+    atomic_signal_fence(memory_order_seq_cst);
+    fork_depth--;
+}
+
 static void fork_parent(void) {
     fork_unlock_ours();
-    if (fork_locking == 2) _IO_list_unlock();
+    if (fork_locking() == 2) _IO_list_unlock();
+    fork_level_end();
 }
 
 /* In the child glibc has already reset the stdio list lock. */
@@ -73,6 +98,7 @@ static void fork_child(void) {
     fork_unlock_ours();
     heap_atfork_child();
     purge_atfork_child();
+    fork_level_end();
 }
 
 void fork_handlers_install(void) {

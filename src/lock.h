@@ -28,9 +28,18 @@ static inline bool on_purger_stack(void) {
 #define SPIN_LOCK_INIT                                                                             \
     { 0 }
 
+/* The count covers the lock for as long as it is held, the moments around
+ * the exchange and the release included: a signal handler that forks there
+ * must see it (it once saw 0 right after an unlock's count went down, took
+ * the still-held lock and spun for good: glibc's tst-mallocfork timed out).
+ * The signal fences keep the compiler from moving the count across. */
 static inline bool spin_try_lock(struct spin_lock *lock) {
+    bool counted = !on_purger_stack();
+    if (counted) t_locks_held++;
+    atomic_signal_fence(memory_order_seq_cst);
     bool taken = atomic_exchange_explicit(&lock->held, 1, memory_order_acquire) == 0;
-    if (taken && !on_purger_stack()) t_locks_held++;
+    atomic_signal_fence(memory_order_seq_cst);
+    if (!taken && counted) t_locks_held--;
     return taken;
 }
 
@@ -48,8 +57,9 @@ static inline void spin_lock(struct spin_lock *lock) {
 }
 
 static inline void spin_unlock(struct spin_lock *lock) {
-    if (!on_purger_stack()) t_locks_held--;
     atomic_store_explicit(&lock->held, 0, memory_order_release);
+    atomic_signal_fence(memory_order_seq_cst);
+    if (!on_purger_stack()) t_locks_held--;
 }
 
 #endif
