@@ -96,7 +96,7 @@ static void fork_parent(void) {
 /* In the child glibc has already reset the stdio list lock. */
 static void fork_child(void) {
     fork_unlock_ours();
-    heap_atfork_child();
+    heap_atfork_child(fork_locking() != 0);
     purge_atfork_child();
     fork_level_end();
 }

@@ -303,8 +303,12 @@ static void heap_thread_exit(void *arg) {
  * their blocks stay valid and freeing one is a remote free, which the purge
  * passes turn into released memory once a page's every carved block is back.
  * Segments abandoned before the fork (consistent: their threads finished)
- * stay adoptable. The child is single-threaded here, so nothing races. */
-void heap_atfork_child(void) {
+ * stay adoptable. The child is single-threaded here, so nothing races.
+ * `locked`: the fork took every lock first, so the page caches are whole
+ * and no lock is held; a fork from a signal handler inside our locks did
+ * not, and then the caches stay as they are (taking a segment's lock could
+ * wait for good). */
+void heap_atfork_child(bool locked) {
     exit_heap_forget();
     struct heap *self = t_heap;
     struct heap *heap = g_heaps;
@@ -316,7 +320,7 @@ void heap_atfork_child(void) {
             heap->prev_heap = NULL;
             g_heaps = heap;
         } else {
-            page_cache_give_back_frozen(heap);
+            if (locked) page_cache_give_back_frozen(heap);
             heap->next_heap = heap_free_list; /* heap_create clears the rest */
             heap_free_list = heap;
             if (heap->id != EXIT_HEAP_ID) /* statistic: thread heaps */

@@ -456,7 +456,7 @@ extern struct heap *g_heaps INTERNAL;
 extern _Atomic uint64_t g_heap_count INTERNAL;
 void *heap_malloc_slow(struct heap *heap, size_t size) INTERNAL;
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) INTERNAL;
-void heap_atfork_child(void) INTERNAL;
+void heap_atfork_child(bool locked) INTERNAL; /* locked: the fork took our locks first */
 size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) INTERNAL;
 void heap_page_empty(struct heap *heap, struct page *page) INTERNAL;
