@@ -524,7 +524,7 @@ bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
 /* Slices [first, first + count) go back to their segment's free set: no
  * pointer into them is a block any more, and they join the retained memory
  * (unless `clean`: they read as zero). The caller updates the page, and the
- * owner's segment lists if there is an owner (segment_return_slices). */
+ * owner's segment lists if there is an owner. */
 static void segment_slices_free(struct segment *segment, unsigned first, unsigned count, bool clean,
                                 uint32_t now) {
     uint64_t mask = run_mask(first, count);
@@ -548,11 +548,9 @@ static void segment_slices_free(struct segment *segment, unsigned first, unsigne
                               memory_order_relaxed);
 }
 
-/* segment_slices_free in an owned segment, whose place in the owner's
- * lists may change with it. */
-static void segment_return_slices(struct heap *heap, struct segment *segment, unsigned first,
-                                  unsigned count, bool clean, uint32_t now) {
-    segment_slices_free(segment, first, count, clean, now);
+/* Slices of an owned segment went back: its place in the owner's lists
+ * may change. */
+static void segment_lists_slices_returned(struct heap *heap, struct segment *segment) {
     if (segment->in_full_list) {
         list_remove(&heap->segments_full, segment);
         avail_push(heap, segment);
@@ -564,6 +562,20 @@ static void segment_return_slices(struct heap *heap, struct segment *segment, un
         avail_remove(heap, segment);
         avail_push(heap, segment);
     }
+}
+
+/* An empty page's slices go back to its segment's free set (`clean`: they
+ * read as zero; so does a reclaimed page, reset and not carved again).
+ * Returns the segment; its owner's lists are the caller's business. */
+static struct segment *segment_page_slices_free(struct page *page, bool clean, uint32_t now) {
+    struct segment *segment = segment_of(page);
+    unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;
+    clean |= page->capacity == 0;
+    page->slice_count = 0;
+    page->block_size = 0;
+    segment_slices_free(segment, first, count, clean, now);
+    segment->used_pages--;
+    return segment;
 }
 
 /* Aggressive mode, owner only (so the segment stays mapped): every free
@@ -581,20 +593,15 @@ void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) 
     unsigned first = (unsigned)(page - segment->pages), old = page->slice_count;
     page->slice_count = (uint8_t)slices;
     uint32_t now = clock_ms();
-    segment_return_slices(heap, segment, first + slices, old - slices, false, now);
+    segment_slices_free(segment, first + slices, old - slices, false, now);
+    segment_lists_slices_returned(heap, segment);
     if (OPTION(aggressive_madvise)) segment_purge_now(segment, now);
 }
 
 void segment_page_free(struct heap *heap, struct page *page) {
-    struct segment *segment = segment_of(page);
-    unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;
     uint32_t now = clock_ms();
-    /* a reclaimed page, reset and not carved again, reads as zero */
-    bool clean = page->capacity == 0;
-    page->slice_count = 0;
-    page->block_size = 0;
-    segment_return_slices(heap, segment, first, count, clean, now);
-    segment->used_pages--;
+    struct segment *segment = segment_page_slices_free(page, false, now);
+    segment_lists_slices_returned(heap, segment);
     if (OPTION(aggressive_madvise)) segment_purge_now(segment, now);
     if (segment->used_pages == 0 && (heap->segments_avail != segment || segment->next != NULL))
         segment_release_empty(heap, segment);
@@ -604,12 +611,7 @@ void segment_page_free(struct heap *heap, struct page *page) {
  * segment is frozen (heap_atfork_child): the slices go back to its free set,
  * where purge passes and malloc_trim reach them, and no heap's lists change. */
 void segment_page_free_frozen(struct page *page, bool clean) {
-    struct segment *segment = segment_of(page);
-    unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;
-    page->slice_count = 0;
-    page->block_size = 0;
-    segment_slices_free(segment, first, count, clean || page->capacity == 0, clock_ms());
-    segment->used_pages--;
+    segment_page_slices_free(page, clean, clock_ms());
 }
 
 /* An owned segment with no page in use goes to the cache (or the kernel). */
