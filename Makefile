@@ -52,11 +52,15 @@ $(LIB_A): $(LIB_OBJS)
 test: lib
 	bash tests/run.sh
 
+# Every C source of ours: the library, its tests and the benchmarks.
+FORMAT_FILES = src/*.c src/*.h include/*.h $(shell git ls-files 'tests/*.c' 'tests/*.cc' \
+	'tests/*.h' 'bench/*.c' 'bench/*.h' 2>/dev/null)
+
 format:
-	clang-format -i src/*.c src/*.h include/*.h
+	clang-format -i $(FORMAT_FILES)
 
 format-check:
-	clang-format --dry-run --Werror src/*.c src/*.h include/*.h
+	clang-format --dry-run --Werror $(FORMAT_FILES)
 
 clean:
 	rm -rf $(BUILD)

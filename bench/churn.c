@@ -12,16 +12,13 @@
 #define SLOTS 8192
 #define BATCH 100
 
-static size_t small_size(rng_t *r)
-{
+static size_t small_size(rng_t *r) {
     uint64_t x = rng_next(r);
-    if ((x & 15) == 0)
-        return 129 + (x >> 8) % 896; /* 1 in 16: 129..1024 B */
+    if ((x & 15) == 0) return 129 + (x >> 8) % 896; /* 1 in 16: 129..1024 B */
     return 16 + ((x >> 8) % 8) * 16 - ((x >> 20) & 7);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     long steps = arg_long(argc, argv, 1, 12) * 1000000L;
     rng_t r;
     rng_seed(&r, 42);

@@ -10,18 +10,18 @@
 #include <time.h>
 
 /* splitmix64 seeding + xorshift64*: fast, deterministic, good enough. */
-typedef struct { uint64_t s; } rng_t;
+typedef struct {
+    uint64_t s;
+} rng_t;
 
-static inline void rng_seed(rng_t *r, uint64_t seed)
-{
+static inline void rng_seed(rng_t *r, uint64_t seed) {
     uint64_t z = seed + 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     r->s = (z ^ (z >> 31)) | 1;
 }
 
-static inline uint64_t rng_next(rng_t *r)
-{
+static inline uint64_t rng_next(rng_t *r) {
     uint64_t x = r->s;
     x ^= x >> 12;
     x ^= x << 25;
@@ -31,13 +31,11 @@ static inline uint64_t rng_next(rng_t *r)
 }
 
 /* Uniform in [0, n). */
-static inline uint64_t rng_below(rng_t *r, uint64_t n)
-{
+static inline uint64_t rng_below(rng_t *r, uint64_t n) {
     return (uint64_t)(((unsigned __int128)rng_next(r) * n) >> 64);
 }
 
-static inline void *xmalloc(size_t n)
-{
+static inline void *xmalloc(size_t n) {
     void *p = malloc(n);
     if (!p) {
         fprintf(stderr, "malloc(%zu) failed\n", n);
@@ -46,8 +44,7 @@ static inline void *xmalloc(size_t n)
     return p;
 }
 
-static inline void *xrealloc(void *q, size_t n)
-{
+static inline void *xrealloc(void *q, size_t n) {
     void *p = realloc(q, n);
     if (!p) {
         fprintf(stderr, "realloc(%zu) failed\n", n);
@@ -57,25 +54,21 @@ static inline void *xrealloc(void *q, size_t n)
 }
 
 /* Writes one byte per 4 KiB page, as a program that uses its memory would. */
-static inline void touch_pages(void *p, size_t n, unsigned char v)
-{
+static inline void touch_pages(void *p, size_t n, unsigned char v) {
     unsigned char *c = p;
     for (size_t i = 0; i < n; i += 4096)
         c[i] = v;
-    if (n)
-        c[n - 1] = v;
+    if (n) c[n - 1] = v;
 }
 
-static inline double now_s(void)
-{
+static inline double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* Integer argument argv[i] or a default. */
-static inline long arg_long(int argc, char **argv, int i, long def)
-{
+static inline long arg_long(int argc, char **argv, int i, long def) {
     return argc > i ? strtol(argv[i], NULL, 0) : def;
 }
 

@@ -9,7 +9,7 @@
 #include <stdatomic.h>
 
 #define TABLE_WORDS (1u << 17) /* 1 MiB of uint64_t */
-#define SEARCHES 64
+#define SEARCHES    64
 
 static uint64_t *table;
 static double seconds, t0;
@@ -17,11 +17,9 @@ static size_t fixed_bytes;
 static atomic_long total_records;
 static atomic_ulong total_hits;
 
-static const size_t sizes[] = {192 << 10, 256 << 10, 384 << 10,
-                               512 << 10, 768 << 10, 1024 << 10};
+static const size_t sizes[] = {192 << 10, 256 << 10, 384 << 10, 512 << 10, 768 << 10, 1024 << 10};
 
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
     rng_t r;
     rng_seed(&r, 77 + (uint64_t)(intptr_t)arg);
     long records = 0;
@@ -52,13 +50,11 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int nt = (int)arg_long(argc, argv, 1, 1);
     seconds = (double)arg_long(argc, argv, 2, 2);
     fixed_bytes = (size_t)arg_long(argc, argv, 3, 0) * 1024;
-    if (nt < 1 || nt > 64 || fixed_bytes > TABLE_WORDS * sizeof(uint64_t))
-        return 2;
+    if (nt < 1 || nt > 64 || fixed_bytes > TABLE_WORDS * sizeof(uint64_t)) return 2;
     table = xmalloc(TABLE_WORDS * sizeof *table);
     for (size_t i = 0; i < TABLE_WORDS; i++)
         table[i] = i * 4 + (i & 3);
@@ -71,8 +67,8 @@ int main(int argc, char **argv)
         pthread_join(th[t], NULL);
     double el = now_s() - t0;
     long rec = atomic_load(&total_records);
-    printf("ebizzy threads=%d seconds=%.3f records=%ld hits=%lu records_per_s=%.0f\n",
-           nt, el, rec, atomic_load(&total_hits), (double)rec / el);
+    printf("ebizzy threads=%d seconds=%.3f records=%ld hits=%lu records_per_s=%.0f\n", nt, el, rec,
+           atomic_load(&total_hits), (double)rec / el);
     free(table);
     return 0;
 }

@@ -19,11 +19,9 @@ static long iters, writes;
 static int scratch;
 static void *given[64];
 
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
     int id = (int)(intptr_t)arg;
-    if (scratch)
-        free(given[id]);
+    if (scratch) free(given[id]);
     for (long i = 0; i < iters; i++) {
         volatile unsigned char *p = xmalloc(OBJ);
         for (long w = 0; w < writes; w++)
@@ -34,16 +32,13 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int main(int argc, char **argv)
-{
-    if (argc < 2)
-        return 2;
+int main(int argc, char **argv) {
+    if (argc < 2) return 2;
     scratch = strcmp(argv[1], "scratch") == 0;
     int nt = (int)arg_long(argc, argv, 2, 2);
     iters = arg_long(argc, argv, 3, 200) * 1000L;
     writes = arg_long(argc, argv, 4, 100);
-    if (nt < 1 || nt > 64)
-        return 2;
+    if (nt < 1 || nt > 64) return 2;
     for (int t = 0; t < nt; t++)
         given[t] = xmalloc(OBJ);
     pthread_t th[64];

@@ -10,14 +10,12 @@
 #include "common.h"
 #include <sys/mman.h>
 
-static void write_pages(unsigned char *p, size_t n, unsigned char v)
-{
+static void write_pages(unsigned char *p, size_t n, unsigned char v) {
     for (size_t i = 0; i < n; i += 4096)
         p[i] = v;
 }
 
-static unsigned char *map(size_t n)
-{
+static unsigned char *map(size_t n) {
     void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
         perror("mmap");
@@ -26,8 +24,7 @@ static unsigned char *map(size_t n)
     return p;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     size_t n = (size_t)arg_long(argc, argv, 1, 64) << 20;
     long rounds = arg_long(argc, argv, 2, 3);
     double pages = (double)(n / 4096);
@@ -61,10 +58,10 @@ int main(int argc, char **argv)
         for (int k = 0; k < 5; k++)
             memcpy(d, q, n);
         double t8 = now_s();
-        printf("%6ld %10.0f %10.1f %10.0f %10.0f %12.0f %10.0f%s\n", r + 1,
-               (t1 - t0) / pages * 1e9, (t2 - t1) / (10 * pages) * 1e9,
-               (t3 - t2) / pages * 1e9, (t4 - t3) / pages * 1e9, (t6 - t5) / pages * 1e9,
-               (t8 - t7) / (5 * pages) * 1e9, q == p ? " (mremap did not move)" : "");
+        printf("%6ld %10.0f %10.1f %10.0f %10.0f %12.0f %10.0f%s\n", r + 1, (t1 - t0) / pages * 1e9,
+               (t2 - t1) / (10 * pages) * 1e9, (t3 - t2) / pages * 1e9, (t4 - t3) / pages * 1e9,
+               (t6 - t5) / pages * 1e9, (t8 - t7) / (5 * pages) * 1e9,
+               q == p ? " (mremap did not move)" : "");
         munmap(q, 2 * n);
         munmap(d, n);
     }

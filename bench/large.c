@@ -11,16 +11,14 @@
 #define MINSZ (64u * 1024)
 #define MAXSZ (8u * 1024 * 1024)
 
-static size_t large_size(rng_t *r)
-{
+static size_t large_size(rng_t *r) {
     /* log-uniform in [64 KiB, 8 MiB): 7 doublings */
     unsigned e = (unsigned)rng_below(r, 7);
     size_t base = (size_t)MINSZ << e;
     return base + rng_below(r, base);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     long steps = arg_long(argc, argv, 1, 40) * 1000L;
     rng_t r;
     rng_seed(&r, 31337);

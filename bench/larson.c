@@ -16,8 +16,7 @@ static unsigned char **arrays[64];
 static pthread_barrier_t bar;
 static uint64_t sums[64];
 
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
     int id = (int)(intptr_t)arg;
     rng_t r;
     rng_seed(&r, 1000 + (uint64_t)id);
@@ -39,12 +38,10 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     nt = (int)arg_long(argc, argv, 1, 2);
     long steps = arg_long(argc, argv, 2, 16) * 1000000L;
-    if (nt < 1 || nt > 64)
-        return 2;
+    if (nt < 1 || nt > 64) return 2;
     rounds = steps / ((long)ROUND * nt);
     rng_t r;
     rng_seed(&r, 99);

@@ -20,13 +20,11 @@
 #include <time.h>
 #include <unistd.h>
 
-static double tv(struct timeval t)
-{
+static double tv(struct timeval t) {
     return (double)t.tv_sec + (double)t.tv_usec * 1e-6;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     if (argc < 3) {
         fprintf(stderr, "usage: launch REPORT-FILE command [args...]\n");
         return 2;
@@ -45,8 +43,7 @@ int main(int argc, char **argv)
     }
     if (pid == 0) {
         const char *pre = getenv("BENCH_LD_PRELOAD");
-        if (pre && *pre)
-            setenv("LD_PRELOAD", pre, 1);
+        if (pre && *pre) setenv("LD_PRELOAD", pre, 1);
         unsetenv("BENCH_LD_PRELOAD");
         execvp(argv[2], argv + 2);
         perror(argv[2]);
@@ -67,7 +64,6 @@ int main(int argc, char **argv)
     fprintf(rep, "wall %.6f\nuser %.6f\nsys %.6f\nmaxrss %ld\nminflt %ld\nstatus %d\n", wall,
             tv(ru.ru_utime), tv(ru.ru_stime), ru.ru_maxrss, ru.ru_minflt, st);
     fclose(rep);
-    if (WIFEXITED(st))
-        return WEXITSTATUS(st);
+    if (WIFEXITED(st)) return WEXITSTATUS(st);
     return 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0);
 }

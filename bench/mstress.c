@@ -11,26 +11,22 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#define XFER 4096
-#define KEEP 1024
+#define XFER     4096
+#define KEEP     1024
 #define MAXBURST 2000
 
 static _Atomic(unsigned char *) xfer[XFER];
 static long rounds;
 static uint64_t sums[64];
 
-static size_t mixed_size(rng_t *r)
-{
+static size_t mixed_size(rng_t *r) {
     uint64_t x = rng_next(r);
-    if ((x & 1023) == 0)
-        return 16384 + (x >> 16) % (240 * 1024);
-    if ((x & 63) == 0)
-        return 1024 + (x >> 16) % (15 * 1024);
+    if ((x & 1023) == 0) return 16384 + (x >> 16) % (240 * 1024);
+    if ((x & 63) == 0) return 1024 + (x >> 16) % (15 * 1024);
     return 16 + (x >> 16) % 496;
 }
 
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
     int id = (int)(intptr_t)arg;
     rng_t r;
     rng_seed(&r, 500 + (uint64_t)id);
@@ -49,8 +45,7 @@ static void *worker(void *arg)
             unsigned char *p = burst[i], *old;
             switch (rng_next(&r) & 3) {
             case 0:
-                old = atomic_exchange_explicit(&xfer[rng_below(&r, XFER)], p,
-                                               memory_order_acq_rel);
+                old = atomic_exchange_explicit(&xfer[rng_below(&r, XFER)], p, memory_order_acq_rel);
                 break;
             case 1: {
                 size_t j = rng_below(&r, KEEP);
@@ -75,12 +70,10 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int nt = (int)arg_long(argc, argv, 1, 4);
     rounds = arg_long(argc, argv, 2, 1500);
-    if (nt < 1 || nt > 64)
-        return 2;
+    if (nt < 1 || nt > 64) return 2;
     pthread_t th[64];
     for (int t = 0; t < nt; t++)
         pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t);
@@ -91,7 +84,6 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < XFER; i++)
         free(atomic_load_explicit(&xfer[i], memory_order_relaxed));
-    printf("mstress threads=%d rounds=%ld sum=%llu\n", nt, rounds,
-           (unsigned long long)sum);
+    printf("mstress threads=%d rounds=%ld sum=%llu\n", nt, rounds, (unsigned long long)sum);
     return 0;
 }

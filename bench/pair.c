@@ -10,8 +10,7 @@
 
 void *volatile sink;
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     long n = argc > 1 ? strtol(argv[1], NULL, 0) : 1000000;
     long live = argc > 2 ? strtol(argv[2], NULL, 0) : 0;
     void **keep = live > 0 ? malloc((size_t)live * sizeof *keep) : NULL;

@@ -11,15 +11,14 @@
 #include <stdatomic.h>
 
 #define BATCH 256
-#define RING 64
+#define RING  64
 
 static void *ring[RING];
 static atomic_size_t head, tail; /* head: next to read, tail: next to write */
 static long nbatches;
 static uint64_t consumed_sum;
 
-static void *consumer(void *arg)
-{
+static void *consumer(void *arg) {
     (void)arg;
     uint64_t sum = 0;
     for (long b = 0; b < nbatches; b++) {
@@ -38,13 +37,11 @@ static void *consumer(void *arg)
     return NULL;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     long objs = arg_long(argc, argv, 1, 8) * 1000000L;
     nbatches = objs / BATCH;
     pthread_t t;
-    if (pthread_create(&t, NULL, consumer, NULL))
-        return 1;
+    if (pthread_create(&t, NULL, consumer, NULL)) return 1;
     rng_t r;
     rng_seed(&r, 7);
     for (long b = 0; b < nbatches; b++) {
@@ -61,7 +58,6 @@ int main(int argc, char **argv)
         atomic_store_explicit(&tail, tl + 1, memory_order_release);
     }
     pthread_join(t, NULL);
-    printf("prodcons objects=%ld sum=%llu\n", nbatches * BATCH,
-           (unsigned long long)consumed_sum);
+    printf("prodcons objects=%ld sum=%llu\n", nbatches * BATCH, (unsigned long long)consumed_sum);
     return 0;
 }

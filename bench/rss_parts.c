@@ -32,8 +32,8 @@
 
 #include "../src/types.h"
 
-#define TRACK_MIN   ((size_t)64 << 10) /* blocks tracked: may be direct-mapped */
-#define TRACK_SLOTS 4096               /* open addressing, power of two */
+#define TRACK_MIN    ((size_t)64 << 10) /* blocks tracked: may be direct-mapped */
+#define TRACK_SLOTS  4096               /* open addressing, power of two */
 #define MAX_SEGMENTS 1024
 
 static void *(*next_malloc)(size_t);
@@ -56,7 +56,8 @@ static void track(void *p) {
     if (p == NULL || next_usable_size(p) < TRACK_MIN) return;
     pthread_mutex_lock(&track_lock);
     size_t i = slot_of(p);
-    for (size_t n = 0; n < TRACK_SLOTS && tracked[i]; n++) i = (i + 1) & (TRACK_SLOTS - 1);
+    for (size_t n = 0; n < TRACK_SLOTS && tracked[i]; n++)
+        i = (i + 1) & (TRACK_SLOTS - 1);
     if (tracked[i] == NULL) tracked[i] = p; /* a full table drops the block */
     pthread_mutex_unlock(&track_lock);
 }
@@ -65,7 +66,8 @@ static void untrack(void *p) {
     if (p == NULL || next_usable_size(p) < TRACK_MIN) return;
     pthread_mutex_lock(&track_lock);
     size_t i = slot_of(p);
-    for (size_t n = 0; n < TRACK_SLOTS && tracked[i] != p; n++) i = (i + 1) & (TRACK_SLOTS - 1);
+    for (size_t n = 0; n < TRACK_SLOTS && tracked[i] != p; n++)
+        i = (i + 1) & (TRACK_SLOTS - 1);
     if (tracked[i] == p) {
         /* backward-shift deletion keeps every probe chain whole */
         size_t hole = i, j = i;
@@ -73,7 +75,8 @@ static void untrack(void *p) {
             j = (j + 1) & (TRACK_SLOTS - 1);
             if (tracked[j] == NULL) break;
             size_t home = slot_of(tracked[j]);
-            if ((j > hole && (home <= hole || home > j)) || (j < hole && home <= hole && home > j)) {
+            if ((j > hole && (home <= hole || home > j)) ||
+                (j < hole && home <= hole && home > j)) {
                 tracked[hole] = tracked[j];
                 hole = j;
             }
@@ -196,7 +199,8 @@ static void find_segments(void) {
     int fd = open("/proc/self/maps", O_RDONLY);
     size_t used = 0;
     ssize_t got;
-    while (fd >= 0 && (got = read(fd, maps + used, sizeof maps - 1 - used)) > 0) used += (size_t)got;
+    while (fd >= 0 && (got = read(fd, maps + used, sizeof maps - 1 - used)) > 0)
+        used += (size_t)got;
     if (fd >= 0) close(fd);
     maps[used] = 0;
     segment_count = 0;
@@ -223,7 +227,8 @@ static double resident_bytes(uintptr_t from, size_t length) {
     while (pages > 0) { /* a block may be larger than the residency buffer */
         size_t chunk = pages < sizeof residency ? pages : sizeof residency;
         if (mincore((void *)start, chunk * OS_PAGE_SIZE, residency)) return bytes;
-        for (size_t i = 0; i < chunk; i++) bytes += (residency[i] & 1) * (double)OS_PAGE_SIZE;
+        for (size_t i = 0; i < chunk; i++)
+            bytes += (residency[i] & 1) * (double)OS_PAGE_SIZE;
         start += chunk * OS_PAGE_SIZE;
         pages -= chunk;
     }
@@ -243,13 +248,13 @@ static void sample(void) {
         for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++) {
             double bytes = 0;
             for (size_t q = 0; q < SLICE_SIZE / OS_PAGE_SIZE; q++)
-                bytes += (residency[i * (SLICE_SIZE / OS_PAGE_SIZE) + q] & 1) * (double)OS_PAGE_SIZE;
+                bytes +=
+                    (residency[i * (SLICE_SIZE / OS_PAGE_SIZE) + q] & 1) * (double)OS_PAGE_SIZE;
             const struct page *page = &header.pages[i];
             uintptr_t descriptors = base + offsetof(struct segment, pages);
-            size_t first =
-                page->first ? ((uintptr_t)page->first - descriptors) / sizeof *page : i;
+            size_t first = page->first ? ((uintptr_t)page->first - descriptors) / sizeof *page : i;
             enum part part = i == 0                                           ? HEADER
-                             : (header.free_slices >> i) & 1                 ? FREE_SLICES
+                             : (header.free_slices >> i) & 1                  ? FREE_SLICES
                              : header.pages[first].class_index == LARGE_CLASS ? LARGE_PAGES
                                                                               : CLASS_PAGES;
             now.resident[part] += bytes;
@@ -257,8 +262,8 @@ static void sample(void) {
             if (part == CLASS_PAGES && class_index < LARGE_CLASS)
                 now.class_resident[class_index] += bytes;
             if (first == i && page->area_size != 0 && part != FREE_SLICES) {
-                now.in_use[part] += part == LARGE_PAGES ? page->block_size
-                                                    : (double)page->used * page->block_size;
+                now.in_use[part] +=
+                    part == LARGE_PAGES ? page->block_size : (double)page->used * page->block_size;
                 if (part == CLASS_PAGES && class_index < LARGE_CLASS) {
                     now.class_in_use[class_index] += (double)page->used * page->block_size;
                     uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
@@ -275,7 +280,8 @@ static void sample(void) {
         if (p == NULL) continue;
         uintptr_t base = (uintptr_t)p & ~(uintptr_t)SEGMENT_MASK;
         bool in_segment = false;
-        for (int k = 0; k < segment_count && !in_segment; k++) in_segment = segments[k] == base;
+        for (int k = 0; k < segment_count && !in_segment; k++)
+            in_segment = segments[k] == base;
         if (!in_segment) now.direct += resident_bytes((uintptr_t)p, next_usable_size(p));
     }
     pthread_mutex_unlock(&track_lock);
@@ -310,8 +316,7 @@ static void *sampler(void *arg) {
 extern const uint32_t g_class_size[SMALL_CLASS_COUNT];
 
 static void report_line(const char *name, double average, double peak) {
-    fprintf(stderr, "  %-22s %9.2f %9.2f\n", name, average / samples / 1048576.0,
-            peak / 1048576.0);
+    fprintf(stderr, "  %-22s %9.2f %9.2f\n", name, average / samples / 1048576.0, peak / 1048576.0);
 }
 
 __attribute__((destructor)) static void report(void) {
@@ -323,7 +328,8 @@ __attribute__((destructor)) static void report(void) {
     for (int p = 0; p < PART_COUNT; p++) {
         report_line(part_names[p], sum.resident[p], at_peak.resident[p]);
         snprintf(name, sizeof name, "  blocks in %s", part_names[p]);
-        if (p == CLASS_PAGES || p == LARGE_PAGES) report_line(name, sum.in_use[p], at_peak.in_use[p]);
+        if (p == CLASS_PAGES || p == LARGE_PAGES)
+            report_line(name, sum.in_use[p], at_peak.in_use[p]);
         segments_sum += sum.resident[p];
         segments_peak += at_peak.resident[p];
     }

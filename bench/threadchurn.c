@@ -14,8 +14,7 @@
 static unsigned char *handoff[64][HAND];
 static long wave;
 
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
     int id = (int)(intptr_t)arg;
     rng_t r;
     rng_seed(&r, (uint64_t)wave * 64 + (uint64_t)id);
@@ -36,17 +35,14 @@ static void *worker(void *arg)
     return NULL;
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     int nt = (int)arg_long(argc, argv, 1, 2);
     long waves = arg_long(argc, argv, 2, 2500);
-    if (nt < 1 || nt > 64)
-        return 2;
+    if (nt < 1 || nt > 64) return 2;
     pthread_t th[64];
     for (wave = 0; wave < waves; wave++) {
         for (int t = 0; t < nt; t++)
-            if (pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t))
-                return 1;
+            if (pthread_create(&th[t], NULL, worker, (void *)(intptr_t)t)) return 1;
         for (int t = 0; t < nt; t++)
             pthread_join(th[t], NULL);
     }

@@ -16,8 +16,7 @@
 static pthread_barrier_t barrier;
 static long wave;
 
-static void *worker(void *arg)
-{
+static void *worker(void *arg) {
     rng_t r;
     rng_seed(&r, (uint64_t)wave * MAXNT + (uint64_t)(uintptr_t)arg);
     unsigned char *blocks[BLOCKS];
@@ -35,23 +34,19 @@ static void *worker(void *arg)
     return (void *)(uintptr_t)(sum + 1);
 }
 
-int main(int argc, char **argv)
-{
+int main(int argc, char **argv) {
     long nt = arg_long(argc, argv, 1, 200);
     long waves = arg_long(argc, argv, 2, 20);
-    if (nt < 1 || nt > MAXNT)
-        return 2;
+    if (nt < 1 || nt > MAXNT) return 2;
     static pthread_t th[MAXNT];
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setstacksize(&attr, 64 * 1024);
-    if (pthread_barrier_init(&barrier, NULL, (unsigned)nt))
-        return 1;
+    if (pthread_barrier_init(&barrier, NULL, (unsigned)nt)) return 1;
     uint64_t sum = 0;
     for (wave = 0; wave < waves; wave++) {
         for (long t = 0; t < nt; t++)
-            if (pthread_create(&th[t], &attr, worker, (void *)(uintptr_t)t))
-                return 1;
+            if (pthread_create(&th[t], &attr, worker, (void *)(uintptr_t)t)) return 1;
         for (long t = 0; t < nt; t++) {
             void *res;
             pthread_join(th[t], &res);

@@ -6,7 +6,8 @@ cd "${TIDEMALLOC_ROOT:-$(dirname "$0")/..}"
 so=build/libtidemalloc.so.0.1.0
 
 if command -v clang-format >/dev/null 2>&1; then
-  if out=$(clang-format --dry-run --Werror src/*.c src/*.h include/*.h 2>&1); then
+  # the library, the tests and the benchmarks (the Makefile's FORMAT_FILES)
+  if out=$(make -s --no-print-directory format-check 2>&1); then
     echo "PASS static/clang-format"
   else
     echo "FAIL static/clang-format $(echo "$out" | head -1)"

@@ -36,7 +36,8 @@ int main(void) {
         CHECKF(after.segments == before.segments + 1, "segments %llu -> %llu",
                (unsigned long long)before.segments, (unsigned long long)after.segments);
         CHECKF(after.mmap_calls == before.mmap_calls,
-               "the new segment was mapped afresh (%llu -> %llu mmap calls) with a cached 6 MiB mapping",
+               "the new segment was mapped afresh (%llu -> %llu mmap calls) with a cached 6 MiB "
+               "mapping",
                (unsigned long long)before.mmap_calls, (unsigned long long)after.mmap_calls);
     }
     pat_fill_k(big, 4000 * 1024, 9);

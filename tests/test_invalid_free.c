@@ -269,8 +269,7 @@ static const struct {
      "free(): "},
     {"double free from another thread", case_double_free_other_thread, 1, "free(): "},
     {"write after free: link zeroed", case_link_zeroed, 1, "malloc(): corrupted free list"},
-    {"write after free: link to the stack", case_link_to_stack, 1,
-     "malloc(): corrupted free list"},
+    {"write after free: link to the stack", case_link_to_stack, 1, "malloc(): corrupted free list"},
     {"write after free: link to another mapping", case_link_to_other_mapping, 1,
      "malloc(): corrupted free list"},
 };

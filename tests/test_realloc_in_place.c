@@ -1,11 +1,10 @@
 /* realloc of a large block (64 KiB .. 4 MiB, served from slices) by the
  * thread that owns it shrinks it in place, giving back the slices past its
  * new size (a mapped block gives back its pages), and grows it in place when
- * the slices right after it are free, and moves it otherwise: when a neighbour holds them, when the block
- * outgrows the slices (huge), or when another thread reallocs it. The
- * contents survive every way, a neighbour is never overwritten, and a pointer
- * into the grown part is still no block start (free aborts).
- * Growth in place and the abort are asserted for tidemalloc only
+ * the slices right after it are free, and moves it otherwise: when a neighbour holds them, when the
+ * block outgrows the slices (huge), or when another thread reallocs it. The contents survive every
+ * way, a neighbour is never overwritten, and a pointer into the grown part is still no block start
+ * (free aborts). Growth in place and the abort are asserted for tidemalloc only
  * (TEST_EXPECT_TIDEMALLOC=1); with another allocator the content checks run. */
 #include <malloc.h>
 #include <pthread.h>
@@ -67,7 +66,8 @@ static char *grow_twice_in_place(int tidemalloc) {
     CHECK(p != NULL);
     pat_fill_k(p, 200 * KB, 1);
     char *q = grow(p, 200 * KB, 600 * KB, 1);
-    if (tidemalloc) CHECKF(q == p, "200 KiB -> 600 KiB moved (%p -> %p) with free slices after it", p, q);
+    if (tidemalloc)
+        CHECKF(q == p, "200 KiB -> 600 KiB moved (%p -> %p) with free slices after it", p, q);
     char *r = grow(q, 600 * KB, 1500 * KB, 1);
     if (tidemalloc) CHECKF(r == q, "600 KiB -> 1.5 MiB moved (%p -> %p)", q, r);
     return r;
@@ -141,8 +141,9 @@ int main(void) {
     /* Below the size classes' limit it moves to a small block. */
     char *small = realloc(regrown, 1000);
     CHECK(small != NULL && pat_check_k(small, 1000, 5) == (size_t)-1);
-    if (tidemalloc) CHECKF(malloc_usable_size(small) < 2000, "1 MiB -> 1000 B kept %zu bytes",
-                           malloc_usable_size(small));
+    if (tidemalloc)
+        CHECKF(malloc_usable_size(small) < 2000, "1 MiB -> 1000 B kept %zu bytes",
+               malloc_usable_size(small));
 
     /* A mapped block (above any mmap threshold) shrinking keeps its address
      * and gives the pages past its new size back, as glibc's mremap of its
@@ -155,9 +156,11 @@ int main(void) {
     CHECK(m2 != NULL && pat_check_k(m2, 40 * MB + 123, 6) == (size_t)-1);
     if (tidemalloc) {
         CHECKF(m2 == m, "64 MiB -> 40 MiB moved (%p -> %p)", m, m2);
-        CHECKF(rss_bytes() + 20 * MB < rss_full, "RSS %zu MiB after shrinking 64 MiB to 40, %zu before",
-               rss_bytes() >> 20, rss_full >> 20);
-        CHECKF(malloc_usable_size(m2) < 41 * MB, "usable %zu after the shrink", malloc_usable_size(m2));
+        CHECKF(rss_bytes() + 20 * MB < rss_full,
+               "RSS %zu MiB after shrinking 64 MiB to 40, %zu before", rss_bytes() >> 20,
+               rss_full >> 20);
+        CHECKF(malloc_usable_size(m2) < 41 * MB, "usable %zu after the shrink",
+               malloc_usable_size(m2));
     }
     free(m2);
 
@@ -180,8 +183,8 @@ int main(void) {
     if (stats) stats(&s1);
     if (tidemalloc && d_usable >= 6 * MB)
         CHECKF(d2 == d && s1.mremap_calls == s0.mremap_calls,
-               "5 -> 6 MiB inside a %zu-byte mapping: %p -> %p, %llu mremap calls", d_usable,
-               d, d2, (unsigned long long)(s1.mremap_calls - s0.mremap_calls));
+               "5 -> 6 MiB inside a %zu-byte mapping: %p -> %p, %llu mremap calls", d_usable, d, d2,
+               (unsigned long long)(s1.mremap_calls - s0.mremap_calls));
     free(d2);
 
     free(small);

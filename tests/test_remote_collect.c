@@ -86,8 +86,8 @@ static void *consumer(void *arg) {
     memcpy(sorted + TOTAL, kept, sizeof kept);
     qsort(sorted, TOTAL + KEEP, sizeof sorted[0], compare_pointers);
     for (int i = 1; i < TOTAL + KEEP; i++)
-        CHECKF((uintptr_t)sorted[i] - (uintptr_t)sorted[i - 1] >= SIZE,
-               "blocks %p and %p overlap", sorted[i - 1], sorted[i]);
+        CHECKF((uintptr_t)sorted[i] - (uintptr_t)sorted[i - 1] >= SIZE, "blocks %p and %p overlap",
+               sorted[i - 1], sorted[i]);
     for (int i = 0; i < KEEP; i++) {
         const unsigned char *p = kept[i];
         for (int k = 0; k < SIZE; k++)

@@ -80,8 +80,9 @@ int main(void) {
              * behind per thread would keep its segments */
             if (t < WAVES / 4 && s.segments > segments_bound) segments_bound = s.segments;
             if (t >= WAVES / 4)
-                CHECKF(s.segments <= segments_bound + 1, "wave %d: %llu segments (at most %llu before)",
-                       t, (unsigned long long)s.segments, (unsigned long long)segments_bound);
+                CHECKF(s.segments <= segments_bound + 1,
+                       "wave %d: %llu segments (at most %llu before)", t,
+                       (unsigned long long)s.segments, (unsigned long long)segments_bound);
         }
     }
     printf("tsd exit: ok\n");

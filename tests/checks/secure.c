@@ -22,11 +22,14 @@ static void *remote[64];
 static pthread_barrier_t barrier;
 static void *released_owner(void *arg) {
     (void)arg;
-    for (int i = 0; i < 64; i++) memset(remote[i] = malloc(16000), 7, 16000);
+    for (int i = 0; i < 64; i++)
+        memset(remote[i] = malloc(16000), 7, 16000);
     pthread_barrier_wait(&barrier); /* the main thread frees half and trims */
     pthread_barrier_wait(&barrier);
-    for (int i = 1; i < 64; i += 2) memset(remote[i] = malloc(16000), 1, 16000);
-    for (int i = 0; i < 64; i++) free(remote[i]);
+    for (int i = 1; i < 64; i += 2)
+        memset(remote[i] = malloc(16000), 1, 16000);
+    for (int i = 0; i < 64; i++)
+        free(remote[i]);
     return NULL;
 }
 
@@ -37,7 +40,8 @@ static void *released_owner(void *arg) {
 static atomic_int race_stop, race_bad;
 static void *perturb_toggler(void *arg) {
     (void)arg;
-    for (int n = 0; !atomic_load(&race_stop); n++) mallopt(M_PERTURB, n & 1 ? 0xa5 : 0);
+    for (int n = 0; !atomic_load(&race_stop); n++)
+        mallopt(M_PERTURB, n & 1 ? 0xa5 : 0);
     return NULL;
 }
 static void *zero_caller(void *arg) {
@@ -102,16 +106,20 @@ int main(int argc, char **argv) {
             zero[i] = memalign((size_t)1 << (16 + i % 4), 0);
             if (zero[i] == NULL || malloc_usable_size(zero[i]) == 0) return fail("memalign(, 0)");
         }
-        for (int i = 0; i < 64; i++) free(zero[i]);
+        for (int i = 0; i < 64; i++)
+            free(zero[i]);
         return 0;
     }
     if (strcmp(c, "released") == 0) { /* no page inside a free block is given back */
         /* aggressive mode: its per-block release would zero the free fill */
         if (mallopt(M_AGGRESSIVE_MADVISE, 1) != 1) return fail("mallopt(M_AGGRESSIVE_MADVISE)");
         char *b[16];
-        for (int i = 0; i < 16; i++) memset(b[i] = malloc(16000), 7, 16000);
-        for (int i = 1; i < 16; i += 2) free(b[i]);
-        for (int i = 1; i < 16; i += 2) memset(b[i] = malloc(16000), 1, 16000);
+        for (int i = 0; i < 16; i++)
+            memset(b[i] = malloc(16000), 7, 16000);
+        for (int i = 1; i < 16; i += 2)
+            free(b[i]);
+        for (int i = 1; i < 16; i += 2)
+            memset(b[i] = malloc(16000), 1, 16000);
         mallopt(M_AGGRESSIVE_MADVISE, 0);
         /* malloc_trim: pages inside blocks another thread freed, still on a
          * live owner's lists */
@@ -119,11 +127,13 @@ int main(int argc, char **argv) {
         pthread_t t;
         if (pthread_create(&t, NULL, released_owner, NULL) != 0) return fail("pthread_create");
         pthread_barrier_wait(&barrier);
-        for (int i = 1; i < 64; i += 2) free(remote[i]);
+        for (int i = 1; i < 64; i += 2)
+            free(remote[i]);
         malloc_trim(0);
         pthread_barrier_wait(&barrier);
         pthread_join(t, NULL);
-        for (int i = 0; i < 16; i++) free(b[i]);
+        for (int i = 0; i < 16; i++)
+            free(b[i]);
         return 0;
     }
     if (strcmp(c, "perturb-mallopt") == 0) { /* set while the heap is in use, as glibc allows */

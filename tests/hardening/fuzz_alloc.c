@@ -23,7 +23,7 @@
 
 #include "tm_api.h"
 
-#define SLOTS 64
+#define SLOTS   64
 #define WORKERS 4 /* simulated threads; 0 is the caller's */
 
 struct slot {
@@ -51,14 +51,16 @@ static void fill(unsigned char *p, size_t n, uint64_t seed) {
         memcpy(p + i, &x, 8);
     }
     x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-    for (; i < n; i++) p[i] = (unsigned char)(x >> (8 * (i & 7)));
+    for (; i < n; i++)
+        p[i] = (unsigned char)(x >> (8 * (i & 7)));
 }
 
 static void check_contents(const struct slot *s, size_t n, const char *when) {
     if (n > s->usable) n = s->usable;
     if (memcmp(s->p, s->shadow, n) != 0) {
         size_t i = 0;
-        while (s->p[i] == s->shadow[i]) i++;
+        while (s->p[i] == s->shadow[i])
+            i++;
         DIE("%s: block %p (size %zu usable %zu) differs from its shadow at byte %zu: %02x != %02x",
             when, (void *)s->p, s->size, s->usable, i, s->p[i], s->shadow[i]);
     }
@@ -70,11 +72,14 @@ static void adopt_block(struct slot *s, void *p, size_t size, size_t align, uint
     if ((uintptr_t)p % align != 0) DIE("%s(%zu) = %p is not %zu-aligned", what, size, p, align);
     size_t usable = tm_malloc_usable_size(p);
     if (usable < size) DIE("%s(%zu): usable size %zu is less", what, size, usable);
-    if (usable > size + (size_t)64 * 1024 * 1024) DIE("%s(%zu): usable size %zu absurd", what, size, usable);
+    if (usable > size + (size_t)64 * 1024 * 1024)
+        DIE("%s(%zu): usable size %zu absurd", what, size, usable);
     for (int i = 0; i < SLOTS; i++) {
         const struct slot *o = &slots[i];
-        if (o != s && o->p && (unsigned char *)p < o->p + o->usable && o->p < (unsigned char *)p + usable)
-            DIE("%s(%zu) = %p overlaps live block %p (usable %zu)", what, size, p, (void *)o->p, o->usable);
+        if (o != s && o->p && (unsigned char *)p < o->p + o->usable &&
+            o->p < (unsigned char *)p + usable)
+            DIE("%s(%zu) = %p overlaps live block %p (usable %zu)", what, size, p, (void *)o->p,
+                o->usable);
     }
     unsigned char *shadow = realloc(s->shadow, usable ? usable : 1);
     if (shadow == NULL) DIE("shadow allocation failed");
@@ -96,8 +101,20 @@ static void release(struct slot *s) {
 
 /* ---- operations ---- */
 
-enum { OP_MALLOC, OP_CALLOC, OP_REALLOC, OP_MEMALIGN, OP_POSIX_MEMALIGN, OP_ALIGNED_ALLOC,
-       OP_FREE, OP_USABLE, OP_REALLOC_ZERO, OP_TRIM, OP_RESTART, OP_COUNT };
+enum {
+    OP_MALLOC,
+    OP_CALLOC,
+    OP_REALLOC,
+    OP_MEMALIGN,
+    OP_POSIX_MEMALIGN,
+    OP_ALIGNED_ALLOC,
+    OP_FREE,
+    OP_USABLE,
+    OP_REALLOC_ZERO,
+    OP_TRIM,
+    OP_RESTART,
+    OP_COUNT
+};
 
 struct op {
     unsigned code, slot;
@@ -121,7 +138,8 @@ static void run_op(const struct op *o) {
         void *p = tm_calloc(count, unit);
         if (p == NULL) DIE("calloc(%zu, %zu) failed", count, unit);
         for (size_t i = 0; i < count * unit; i++)
-            if (((unsigned char *)p)[i] != 0) DIE("calloc(%zu, %zu): byte %zu is not zero", count, unit, i);
+            if (((unsigned char *)p)[i] != 0)
+                DIE("calloc(%zu, %zu): byte %zu is not zero", count, unit, i);
         adopt_block(s, p, count * unit, 16, o->seed, "calloc");
         break;
     }
@@ -172,13 +190,15 @@ static void run_op(const struct op *o) {
             break;
         }
         if (tm_malloc_usable_size(s->p) != s->usable)
-            DIE("usable size of %p changed: %zu, was %zu", (void *)s->p, tm_malloc_usable_size(s->p), s->usable);
+            DIE("usable size of %p changed: %zu, was %zu", (void *)s->p,
+                tm_malloc_usable_size(s->p), s->usable);
         check_contents(s, s->usable, "usable-size check");
         break;
     case OP_REALLOC_ZERO:
         if (s->p == NULL) break;
         check_contents(s, s->usable, "before realloc(p, 0)");
-        if (tm_realloc(s->p, 0) != NULL) DIE("realloc(p, 0) did not free (glibc 2.36 returns NULL)");
+        if (tm_realloc(s->p, 0) != NULL)
+            DIE("realloc(p, 0) did not free (glibc 2.36 returns NULL)");
         s->p = NULL;
         s->size = s->usable = 0;
         break;
@@ -257,18 +277,27 @@ static unsigned take8(struct input *in) {
     in->left--;
     return *in->data++;
 }
-static unsigned take16(struct input *in) { return take8(in) | take8(in) << 8; }
+static unsigned take16(struct input *in) {
+    return take8(in) | take8(in) << 8;
+}
 
 /* Sizes across every range: mostly small, sometimes up to 4 MiB. */
 static size_t take_size(struct input *in) {
     unsigned c = take8(in), v = take16(in);
     switch (c & 7) {
-    case 0: case 1: case 2: case 3: return v % 1025;                    /* 0 .. 1 KiB */
-    case 4: case 5: return v % (16 * 1024 + 1);                          /* .. 16 KiB */
-    case 6: return ((size_t)v << 3) % (256 * 1024 + 1);                  /* .. 256 KiB */
+    case 0:
+    case 1:
+    case 2:
+    case 3:
+        return v % 1025; /* 0 .. 1 KiB */
+    case 4:
+    case 5:
+        return v % (16 * 1024 + 1); /* .. 16 KiB */
+    case 6:
+        return ((size_t)v << 3) % (256 * 1024 + 1); /* .. 256 KiB */
     default:
-        if (c & 0x38) return ((size_t)v << 5) % (2 * 1024 * 1024 + 1);   /* .. 2 MiB */
-        return ((size_t)v << 6) % (4 * 1024 * 1024 + 1);                /* .. 4 MiB */
+        if (c & 0x38) return ((size_t)v << 5) % (2 * 1024 * 1024 + 1); /* .. 2 MiB */
+        return ((size_t)v << 6) % (4 * 1024 * 1024 + 1);               /* .. 4 MiB */
     }
 }
 
@@ -295,7 +324,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         case OP_MEMALIGN: {
             unsigned a = take8(&in);
             o.size = take_size(&in);
-            o.align = (size_t)1 << (a % 17); /* 1 .. 64 KiB */
+            o.align = (size_t)1 << (a % 17);                   /* 1 .. 64 KiB */
             if (a & 0x80) o.align = (size_t)1 << (17 + a % 5); /* .. 2 MiB, rarely */
             if (o.align > 65536 && o.size > 1024 * 1024) o.size /= 4;
             break;

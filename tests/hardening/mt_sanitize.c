@@ -32,9 +32,9 @@
 
 #include "tm_api.h"
 
-#define SLOTS 512
+#define SLOTS   512
 #define WORKERS 4
-#define HEADER 16
+#define HEADER  16
 
 static _Atomic(unsigned char *) slots[SLOTS];
 static _Atomic int stop_stats;
@@ -71,7 +71,8 @@ static unsigned char pattern(uint64_t seed, size_t i) {
 static void fill(unsigned char *p, size_t size, uint64_t seed) {
     memcpy(p, &size, 8);
     memcpy(p + 8, &seed, 8);
-    for (size_t i = HEADER; i < size; i++) p[i] = pattern(seed, i);
+    for (size_t i = HEADER; i < size; i++)
+        p[i] = pattern(seed, i);
 }
 
 /* Large blocks are checked at their ends and at a stride, small ones fully. */
@@ -80,12 +81,14 @@ static size_t verify(const unsigned char *p, const char *when) {
     uint64_t seed;
     memcpy(&size, p, 8);
     memcpy(&seed, p + 8, 8);
-    if (size < HEADER || size > HEADER + 4 * 1024 * 1024) DIE("%s: block %p has a bad header", when, (void *)p);
+    if (size < HEADER || size > HEADER + 4 * 1024 * 1024)
+        DIE("%s: block %p has a bad header", when, (void *)p);
     size_t usable = tm_malloc_usable_size((void *)p);
     if (usable < size) DIE("%s: usable size %zu < %zu", when, usable, size);
     size_t step = size <= 8192 ? 1 : 61;
     for (size_t i = HEADER; i < size; i += (i < 4096 || i + 4096 > size) ? 1 : step)
-        if (p[i] != pattern(seed, i)) DIE("%s: block %p (%zu bytes) corrupt at %zu", when, (void *)p, size, i);
+        if (p[i] != pattern(seed, i))
+            DIE("%s: block %p (%zu bytes) corrupt at %zu", when, (void *)p, size, i);
     return size;
 }
 
@@ -93,18 +96,30 @@ static unsigned char *allocate(uint64_t *r, size_t size) {
     void *p = NULL;
     size_t align = 16;
     switch (next_random(r) % 8) {
-    case 0: p = tm_calloc(1, size);
+    case 0:
+        p = tm_calloc(1, size);
         if (p)
             for (size_t i = 0; i < size; i += 1 + (i >> 6))
                 if (((unsigned char *)p)[i]) DIE("calloc: byte %zu not zero", i);
         break;
-    case 1: align = (size_t)16 << (next_random(r) % 9); p = tm_memalign(align, size); break;
-    case 2: align = (size_t)8 << (next_random(r) % 10);
+    case 1:
+        align = (size_t)16 << (next_random(r) % 9);
+        p = tm_memalign(align, size);
+        break;
+    case 2:
+        align = (size_t)8 << (next_random(r) % 10);
         if (tm_posix_memalign(&p, align, size) != 0) p = NULL;
         break;
-    case 3: align = 64; p = tm_aligned_alloc(64, size); break;
-    case 4: p = tm_reallocarray(NULL, 1, size); break;
-    default: p = tm_malloc(size); break;
+    case 3:
+        align = 64;
+        p = tm_aligned_alloc(64, size);
+        break;
+    case 4:
+        p = tm_reallocarray(NULL, 1, size);
+        break;
+    default:
+        p = tm_malloc(size);
+        break;
     }
     if (p == NULL) DIE("allocation of %zu failed: %s", size, strerror(errno));
     if ((uintptr_t)p % align) DIE("%p not %zu-aligned", p, align);
@@ -163,7 +178,8 @@ static void late_destructor(void *value) {
     uintptr_t round = (uintptr_t)value;
     uint64_t r = 0xA0761D6478BD642Full ^ (round * 0x9E3779B97F4A7C15ull) ^ (uintptr_t)&r;
     unsigned char *p = allocate(&r, random_size(&r) % 20000 + HEADER);
-    unsigned char *old = atomic_exchange_explicit(&slots[(r >> 7) % SLOTS], p, memory_order_acq_rel);
+    unsigned char *old =
+        atomic_exchange_explicit(&slots[(r >> 7) % SLOTS], p, memory_order_acq_rel);
     if (old) {
         verify(old, "displaced by a destructor");
         tm_free(old);
@@ -178,9 +194,11 @@ static void late_destructor(void *value) {
 static void *short_lived(void *arg) {
     uint64_t r = 0xD1B54A32D192ED03ull ^ ((uintptr_t)arg * 0x9E3779B97F4A7C15ull);
     unsigned char *own[32];
-    for (int k = 0; k < 32; k++) own[k] = allocate(&r, random_size(&r) % 4096 + HEADER);
+    for (int k = 0; k < 32; k++)
+        own[k] = allocate(&r, random_size(&r) % 4096 + HEADER);
     pthread_setspecific(late_key, (void *)1);
-    for (int k = 0; k < 200; k++) step(&r);
+    for (int k = 0; k < 200; k++)
+        step(&r);
     for (int k = 0; k < 32; k += 2) { /* half freed here, half published */
         verify(own[k], "own");
         tm_free(own[k]);
@@ -203,9 +221,11 @@ static void *churn(void *arg) {
         pthread_t t[24];
         int wave = round % 4 == 3 ? 24 : 2;
         for (int k = 0; k < wave; k++)
-            if (pthread_create(&t[k], NULL, short_lived, (void *)(uintptr_t)(round * 24 + (unsigned)k + 1)))
+            if (pthread_create(&t[k], NULL, short_lived,
+                               (void *)(uintptr_t)(round * 24 + (unsigned)k + 1)))
                 DIE("pthread_create");
-        for (int k = 0; k < wave; k++) pthread_join(t[k], NULL);
+        for (int k = 0; k < wave; k++)
+            pthread_join(t[k], NULL);
     }
     return NULL;
 }
@@ -237,7 +257,8 @@ int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "core";
     if (argc > 2) ops_per_thread = (unsigned)strtoul(argv[2], NULL, 10);
     int with_stats = strcmp(mode, "stats") == 0;
-    if (!with_stats && strcmp(mode, "core") != 0) DIE("usage: mt_sanitize core|stats [ops per thread]");
+    if (!with_stats && strcmp(mode, "core") != 0)
+        DIE("usage: mt_sanitize core|stats [ops per thread]");
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
     /* The purge helper is a bare clone() sharing its creator's TLS: TSan
@@ -252,8 +273,10 @@ int main(int argc, char **argv) {
     if (with_stats && pthread_create(&reader, NULL, stats_reader, NULL)) DIE("pthread_create");
     for (uintptr_t i = 0; i < WORKERS; i++)
         if (pthread_create(&threads[i], NULL, worker, (void *)(i + 1))) DIE("pthread_create");
-    if (pthread_create(&churner, NULL, churn, (void *)(uintptr_t)(ops_per_thread / 1000 + 4))) DIE("pthread_create");
-    for (int i = 0; i < WORKERS; i++) pthread_join(threads[i], NULL);
+    if (pthread_create(&churner, NULL, churn, (void *)(uintptr_t)(ops_per_thread / 1000 + 4)))
+        DIE("pthread_create");
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(threads[i], NULL);
     pthread_join(churner, NULL);
     atomic_store(&stop_stats, 1);
     if (with_stats) pthread_join(reader, NULL);

@@ -21,8 +21,8 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#define MIB ((size_t)1 << 20)
-#define LIMIT (200 * MIB)
+#define MIB     ((size_t)1 << 20)
+#define LIMIT   (200 * MIB)
 #define THREADS 4
 
 /* Output without allocating: a stack buffer and write(2). */
@@ -56,22 +56,36 @@ static void set_limit(size_t bytes) {
     if (setrlimit(RLIMIT_AS, &r) != 0) FAIL("setrlimit(%zu) failed: %s", bytes, strerror(errno));
 }
 
-enum fn { F_MALLOC, F_CALLOC, F_REALLOC, F_MEMALIGN, F_POSIX_MEMALIGN, F_ALIGNED_ALLOC,
-          F_VALLOC, F_PVALLOC, F_REALLOCARRAY, F_COUNT };
-static const char *const fn_name[F_COUNT] = {"malloc",         "calloc",        "realloc",
-                                             "memalign",       "posix_memalign", "aligned_alloc",
-                                             "valloc",         "pvalloc",       "reallocarray"};
+enum fn {
+    F_MALLOC,
+    F_CALLOC,
+    F_REALLOC,
+    F_MEMALIGN,
+    F_POSIX_MEMALIGN,
+    F_ALIGNED_ALLOC,
+    F_VALLOC,
+    F_PVALLOC,
+    F_REALLOCARRAY,
+    F_COUNT
+};
+static const char *const fn_name[F_COUNT] = {"malloc",   "calloc",         "realloc",
+                                             "memalign", "posix_memalign", "aligned_alloc",
+                                             "valloc",   "pvalloc",        "reallocarray"};
 static const size_t sizes[] = {48, 3008, 40000, 300000, 3 * MIB, 9 * MIB};
 #define SIZE_COUNT (sizeof sizes / sizeof sizes[0])
 
 static size_t alignment_of(enum fn f) {
     switch (f) {
-    case F_MEMALIGN: return 256;
+    case F_MEMALIGN:
+        return 256;
     case F_POSIX_MEMALIGN:
-    case F_ALIGNED_ALLOC: return 64;
+    case F_ALIGNED_ALLOC:
+        return 64;
     case F_VALLOC:
-    case F_PVALLOC: return 4096;
-    default: return 16;
+    case F_PVALLOC:
+        return 4096;
+    default:
+        return 16;
     }
 }
 
@@ -91,10 +105,18 @@ static void *alloc_one(enum fn f, size_t size, int *err) {
     void *p = NULL;
     errno = 0;
     switch (f) {
-    case F_MALLOC: p = malloc(size); break;
-    case F_CALLOC: p = calloc(size / 16, 16); break;
-    case F_REALLOC: p = realloc(NULL, size); break;
-    case F_MEMALIGN: p = memalign(256, size); break;
+    case F_MALLOC:
+        p = malloc(size);
+        break;
+    case F_CALLOC:
+        p = calloc(size / 16, 16);
+        break;
+    case F_REALLOC:
+        p = realloc(NULL, size);
+        break;
+    case F_MEMALIGN:
+        p = memalign(256, size);
+        break;
     case F_POSIX_MEMALIGN: {
         void *sentinel = (void *)(uintptr_t)0x5a5a5a50;
         p = sentinel;
@@ -108,11 +130,20 @@ static void *alloc_one(enum fn f, size_t size, int *err) {
         *err = 0;
         return p;
     }
-    case F_ALIGNED_ALLOC: p = aligned_alloc(64, size); break;
-    case F_VALLOC: p = valloc(size); break;
-    case F_PVALLOC: p = pvalloc(size); break;
-    case F_REALLOCARRAY: p = reallocarray(NULL, size / 16, 16); break;
-    default: break;
+    case F_ALIGNED_ALLOC:
+        p = aligned_alloc(64, size);
+        break;
+    case F_VALLOC:
+        p = valloc(size);
+        break;
+    case F_PVALLOC:
+        p = pvalloc(size);
+        break;
+    case F_REALLOCARRAY:
+        p = reallocarray(NULL, size / 16, 16);
+        break;
+    default:
+        break;
     }
     *err = errno;
     return p;
@@ -134,7 +165,8 @@ static void node_init(struct node *n, size_t size, enum fn f) {
 }
 
 static void node_verify(const struct node *n) {
-    if (n->check != tag(n, n->size) || ((const unsigned char *)n)[n->size - 1] != (unsigned char)n->size)
+    if (n->check != tag(n, n->size) ||
+        ((const unsigned char *)n)[n->size - 1] != (unsigned char)n->size)
         FAIL("block %p (%zu bytes) corrupted", (const void *)n, n->size);
 }
 
@@ -161,13 +193,15 @@ static struct node *exhaust(enum fn f, size_t size, size_t *bytes, const char *w
                      strerror(err), total / MIB);
             break;
         }
-        if ((uintptr_t)p % align) FAIL("%s %s(%zu) = %p not %zu-aligned", who, fn_name[f], size, p, align);
+        if ((uintptr_t)p % align)
+            FAIL("%s %s(%zu) = %p not %zu-aligned", who, fn_name[f], size, p, align);
         struct node *n = p;
         node_init(n, size, f);
         n->next = list;
         list = n;
         total += size;
-        if (total > 4096 * MIB) FAIL("%s %s(%zu): 4 GiB allocated, RLIMIT_AS ignored?", who, fn_name[f], size);
+        if (total > 4096 * MIB)
+            FAIL("%s %s(%zu): 4 GiB allocated, RLIMIT_AS ignored?", who, fn_name[f], size);
     }
     *bytes = total;
     return list;
@@ -208,7 +242,8 @@ static struct node *exhaust_growing(enum fn f, size_t cap, size_t *bytes, const 
         if (cur) {
             if (n->size != size) FAIL("%s %s lost the block's contents", who, fn_name[f]);
             unsigned char last = ((unsigned char *)n)[size - 1];
-            if (last != (unsigned char)size) FAIL("%s %s lost the block's last byte", who, fn_name[f]);
+            if (last != (unsigned char)size)
+                FAIL("%s %s lost the block's last byte", who, fn_name[f]);
         }
         node_init(n, next_size, F_MALLOC);
         cur = n;
@@ -220,7 +255,8 @@ static struct node *exhaust_growing(enum fn f, size_t cap, size_t *bytes, const 
 }
 
 static struct node *run_exhaust(enum fn f, size_t size, size_t *bytes, const char *who) {
-    if (f == F_REALLOC || f == F_REALLOCARRAY) return exhaust_growing(f, size < 64 ? 64 : size, bytes, who);
+    if (f == F_REALLOC || f == F_REALLOCARRAY)
+        return exhaust_growing(f, size < 64 ? 64 : size, bytes, who);
     return exhaust(f, size, bytes, who);
 }
 
@@ -263,7 +299,8 @@ static void single_threaded(void) {
             /* Still no crash at the limit: a larger and a tiny request. */
             int err;
             void *big = alloc_one(f, 512 * MIB, &err);
-            if (big != NULL) FAIL("%s(512 MiB) succeeded under a %zu MiB limit", fn_name[f], limit / MIB);
+            if (big != NULL)
+                FAIL("%s(512 MiB) succeeded under a %zu MiB limit", fn_name[f], limit / MIB);
             if (err != ENOMEM) FAIL("%s(512 MiB) failed with %d, not ENOMEM", fn_name[f], err);
             void *tiny = malloc(16); /* may fail or not; must not crash */
             free(tiny);
@@ -279,17 +316,25 @@ static void single_threaded(void) {
     free_list(exhaust(F_MALLOC, 64, &small, "st"));
     size_t big = recovered_bytes(8 * MIB);
     say(1, "after %zu MiB of 64 B blocks freed: %zu MiB of 8 MiB blocks\n", small / MIB, big / MIB);
-    if (big < small / 2) FAIL("only %zu MiB of 8 MiB blocks after freeing %zu MiB of small blocks", big / MIB, small / MIB);
+    if (big < small / 2)
+        FAIL("only %zu MiB of 8 MiB blocks after freeing %zu MiB of small blocks", big / MIB,
+             small / MIB);
     size_t mid;
     free_list(exhaust(F_MALLOC, 200000, &mid, "st"));
     big = recovered_bytes(8 * MIB);
-    say(1, "after %zu MiB of 200000 B blocks freed: %zu MiB of 8 MiB blocks\n", mid / MIB, big / MIB);
-    if (big < mid / 2) FAIL("only %zu MiB of 8 MiB blocks after freeing %zu MiB of 200000 B blocks", big / MIB, mid / MIB);
+    say(1, "after %zu MiB of 200000 B blocks freed: %zu MiB of 8 MiB blocks\n", mid / MIB,
+        big / MIB);
+    if (big < mid / 2)
+        FAIL("only %zu MiB of 8 MiB blocks after freeing %zu MiB of 200000 B blocks", big / MIB,
+             mid / MIB);
     size_t large;
     free_list(exhaust(F_MALLOC, 9 * MIB, &large, "st"));
     size_t small_again = recovered_bytes(64);
-    say(1, "after %zu MiB of 9 MiB blocks freed: %zu MiB of 64 B blocks\n", large / MIB, small_again / MIB);
-    if (small_again < large / 2) FAIL("only %zu MiB of 64 B blocks after freeing %zu MiB of 9 MiB blocks", small_again / MIB, large / MIB);
+    say(1, "after %zu MiB of 9 MiB blocks freed: %zu MiB of 64 B blocks\n", large / MIB,
+        small_again / MIB);
+    if (small_again < large / 2)
+        FAIL("only %zu MiB of 64 B blocks after freeing %zu MiB of 9 MiB blocks", small_again / MIB,
+             large / MIB);
     say(1, "best %zu MiB\n", best / MIB);
 }
 
@@ -321,7 +366,8 @@ static void multi_threaded(void) {
     pthread_t threads[THREADS];
     pthread_barrier_init(&barrier, NULL, THREADS + 1);
     for (int i = 0; i < THREADS; i++)
-        if (pthread_create(&threads[i], NULL, worker, (void *)(intptr_t)i) != 0) FAIL("pthread_create");
+        if (pthread_create(&threads[i], NULL, worker, (void *)(intptr_t)i) != 0)
+            FAIL("pthread_create");
     /* The threads exist (stacks mapped) before the limit is set. */
     size_t base = vm_size();
     size_t limit = base + 64 * MIB > LIMIT ? base + LIMIT : LIMIT;
@@ -334,7 +380,8 @@ static void multi_threaded(void) {
             pthread_barrier_wait(&barrier);
         }
     }
-    for (int i = 0; i < THREADS; i++) pthread_join(threads[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(threads[i], NULL);
 }
 
 /* ---- the huge-block table must grow while memory is out ---- */
@@ -364,7 +411,8 @@ static void huge_table(void) {
         for (int j = 0; j < 64; j++)
             if (((unsigned char *)blocks[0])[j] != 0) FAIL("realloc failure changed block 0");
     }
-    for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
+    for (int i = 0; i < BLOCKS; i++)
+        free(blocks[i]);
     say(1, "huge table: %d realloc failures, no abort\n", failures);
     if (failures == 0) FAIL("no realloc failed: the limit had no effect");
 }
@@ -372,10 +420,14 @@ static void huge_table(void) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *mode = argc > 1 ? argv[1] : "st";
-    if (strcmp(mode, "st") == 0) single_threaded();
-    else if (strcmp(mode, "mt") == 0) multi_threaded();
-    else if (strcmp(mode, "table") == 0) huge_table();
-    else FAIL("usage: oom st|mt|table");
+    if (strcmp(mode, "st") == 0)
+        single_threaded();
+    else if (strcmp(mode, "mt") == 0)
+        multi_threaded();
+    else if (strcmp(mode, "table") == 0)
+        huge_table();
+    else
+        FAIL("usage: oom st|mt|table");
     say(1, "ok\n");
     return 0;
 }

@@ -36,9 +36,9 @@
 
 #include "tidemalloc.h"
 
-#define SLOTS 2048
+#define SLOTS       2048
 #define MAX_THREADS 64
-#define MIB (1024.0 * 1024.0)
+#define MIB         (1024.0 * 1024.0)
 
 static _Atomic(uint64_t *) slots[SLOTS];
 static _Atomic int stop;
@@ -81,12 +81,18 @@ static size_t random_size(uint64_t *r) {
     unsigned pick = (unsigned)(v % 1000);
     v >>= 10;
     size_t size;
-    if (pick < 600) size = 16 + v % 256;
-    else if (pick < 850) size = 16 + v % 4096;
-    else if (pick < 960) size = 16 + v % (64 * 1024);
-    else if (pick < 990) size = 16 + v % (512 * 1024);
-    else if (pick < 998) size = 16 + v % (2 * 1024 * 1024);
-    else size = 16 + v % (4 * 1024 * 1024 - 16);
+    if (pick < 600)
+        size = 16 + v % 256;
+    else if (pick < 850)
+        size = 16 + v % 4096;
+    else if (pick < 960)
+        size = 16 + v % (64 * 1024);
+    else if (pick < 990)
+        size = 16 + v % (512 * 1024);
+    else if (pick < 998)
+        size = 16 + v % (2 * 1024 * 1024);
+    else
+        size = 16 + v % (4 * 1024 * 1024 - 16);
     return size & ~(size_t)7;
 }
 
@@ -99,12 +105,14 @@ static uint64_t word_of(const uint64_t *block, uint64_t size, size_t i) {
 
 static void fill(uint64_t *block, size_t size) {
     block[0] = size;
-    for (size_t i = 1; i < size / 8; i++) block[i] = word_of(block, size, i);
+    for (size_t i = 1; i < size / 8; i++)
+        block[i] = word_of(block, size, i);
 }
 
 static size_t check(const uint64_t *block, const char *when) {
     size_t size = block[0];
-    if (size < 16 || size > 4 * 1024 * 1024) DIE("%s: block %p has a bad size word %zu", when, (void *)block, size);
+    if (size < 16 || size > 4 * 1024 * 1024)
+        DIE("%s: block %p has a bad size word %zu", when, (void *)block, size);
     size_t usable = malloc_usable_size((void *)block);
     if (usable < size) DIE("%s: block %p usable %zu < %zu", when, (void *)block, usable, size);
     for (size_t i = 1; i < size / 8; i++)
@@ -118,15 +126,25 @@ static uint64_t *allocate(uint64_t *r, size_t size) {
     void *p = NULL;
     size_t align = 16;
     switch (next_random(r) % 10) {
-    case 0: p = calloc(size / 8, 8);
+    case 0:
+        p = calloc(size / 8, 8);
         if (p && ((uint64_t *)p)[size / 8 - 1] != 0) DIE("calloc(%zu) not zeroed", size);
         break;
-    case 1: align = (size_t)32 << (next_random(r) % 8); p = memalign(align, size); break;
-    case 2: align = 64;
+    case 1:
+        align = (size_t)32 << (next_random(r) % 8);
+        p = memalign(align, size);
+        break;
+    case 2:
+        align = 64;
         if (posix_memalign(&p, 64, size) != 0) p = NULL;
         break;
-    case 3: align = 4096; p = aligned_alloc(4096, size); break;
-    default: p = malloc(size); break;
+    case 3:
+        align = 4096;
+        p = aligned_alloc(4096, size);
+        break;
+    default:
+        p = malloc(size);
+        break;
     }
     if (p == NULL) DIE("allocation of %zu bytes failed: %s", size, strerror(errno));
     if ((uintptr_t)p % align) DIE("%p is not %zu-aligned", p, align);
@@ -160,7 +178,8 @@ static void one_op(uint64_t *r) {
         /* the old contents (pattern of the old address) must have moved */
         size_t keep = (size < new_size ? size : new_size) / 8;
         for (size_t k = 1; k < keep; k++)
-            if (moved[k] != word_of(block, size, k)) DIE("realloc(%zu -> %zu) lost word %zu", size, new_size, k);
+            if (moved[k] != word_of(block, size, k))
+                DIE("realloc(%zu -> %zu) lost word %zu", size, new_size, k);
         fill(moved, new_size);
         put(i, moved);
     } else {
@@ -220,7 +239,8 @@ static void *child_thread(void *arg) {
     uint64_t r = (uintptr_t)arg * 0x9E3779B97F4A7C15ull | 1;
     uint64_t *own[256];
     for (int round = 0; round < 20; round++) {
-        for (int k = 0; k < 256; k++) own[k] = allocate(&r, random_size(&r) % 65536 + 16);
+        for (int k = 0; k < 256; k++)
+            own[k] = allocate(&r, random_size(&r) % 65536 + 16);
         for (int k = 0; k < 256; k++) {
             check(own[k], "child own");
             free(own[k]);
@@ -244,11 +264,14 @@ static void child_main(void) {
             atomic_store(&slots[i], NULL);
         }
     }
-    for (int n = 0; n < 20000; n++) one_op(&r);
+    for (int n = 0; n < 20000; n++)
+        one_op(&r);
     pthread_t t[3];
     for (int k = 0; k < 3; k++)
-        if (pthread_create(&t[k], NULL, child_thread, (void *)(uintptr_t)(k + 1)) != 0) DIE("child: pthread_create");
-    for (int k = 0; k < 3; k++) pthread_join(t[k], NULL);
+        if (pthread_create(&t[k], NULL, child_thread, (void *)(uintptr_t)(k + 1)) != 0)
+            DIE("child: pthread_create");
+    for (int k = 0; k < 3; k++)
+        pthread_join(t[k], NULL);
     for (unsigned i = 0; i < SLOTS; i++) {
         uint64_t *block = atomic_exchange(&slots[i], NULL);
         if (block) {
@@ -269,7 +292,8 @@ static void fork_check(void) {
     int status;
     if (waitpid(pid, &status, 0) != pid) DIE("waitpid failed");
     if (WIFSIGNALED(status))
-        DIE("fork child killed by signal %d%s", WTERMSIG(status), WTERMSIG(status) == SIGALRM ? " (deadlock?)" : "");
+        DIE("fork child killed by signal %d%s", WTERMSIG(status),
+            WTERMSIG(status) == SIGALRM ? " (deadlock?)" : "");
     if (WEXITSTATUS(status) != 0) DIE("fork child exited %d", WEXITSTATUS(status));
 }
 
@@ -291,7 +315,8 @@ int main(int argc, char **argv) {
     double start = now_s(), next_sample = start + 1;
     double next_fork = start + (fork_every > 0 ? 1 : seconds / 2);
     unsigned spawned = 0, forks = 0;
-    for (int i = 0; i < threads; i++, spawned++) worker_start(&workers[i]);
+    for (int i = 0; i < threads; i++, spawned++)
+        worker_start(&workers[i]);
     for (;;) {
         double t = now_s();
         if (t - start >= seconds) break;
@@ -314,7 +339,8 @@ int main(int argc, char **argv) {
             if (count < MAX_SAMPLES) samples[count++] = rss;
             struct tidemalloc_stats st = {0};
             if (stats) stats(&st);
-            printf("t=%4.0fs rss=%7.1f MiB ops=%llu checked=%.0f MiB threads_started=%u forks=%u mapped=%.1f MiB segments=%llu heaps=%llu\n",
+            printf("t=%4.0fs rss=%7.1f MiB ops=%llu checked=%.0f MiB threads_started=%u forks=%u "
+                   "mapped=%.1f MiB segments=%llu heaps=%llu\n",
                    t - start, rss, (unsigned long long)atomic_load(&total_ops),
                    (double)atomic_load(&total_checked_bytes) / MIB, spawned, forks,
                    (double)st.bytes_mapped / MIB, (unsigned long long)st.segments,
@@ -324,7 +350,8 @@ int main(int argc, char **argv) {
         usleep(20000);
     }
     atomic_store(&stop, 1);
-    for (int i = 0; i < threads; i++) pthread_join(workers[i].thread, NULL);
+    for (int i = 0; i < threads; i++)
+        pthread_join(workers[i].thread, NULL);
     size_t left = 0;
     for (unsigned i = 0; i < SLOTS; i++) {
         uint64_t *block = atomic_exchange(&slots[i], NULL);
@@ -338,11 +365,14 @@ int main(int argc, char **argv) {
     if (count < 3) DIE("too few RSS samples (%d)", count);
     int third = count / 3;
     double first = 0, last = 0;
-    for (int i = 0; i < third; i++) first = samples[i] > first ? samples[i] : first;
-    for (int i = count - third; i < count; i++) last = samples[i] > last ? samples[i] : last;
+    for (int i = 0; i < third; i++)
+        first = samples[i] > first ? samples[i] : first;
+    for (int i = count - third; i < count; i++)
+        last = samples[i] > last ? samples[i] : last;
     double first_median = median(samples, third);
     double last_median = median(samples + count - third, third);
-    printf("RSS: median first third %.1f MiB, last third %.1f MiB (limit %.1f MiB); max %.1f and %.1f MiB (limit %.1f MiB); %u threads started, %u forks, %zu blocks left\n",
+    printf("RSS: median first third %.1f MiB, last third %.1f MiB (limit %.1f MiB); max %.1f and "
+           "%.1f MiB (limit %.1f MiB); %u threads started, %u forks, %zu blocks left\n",
            first_median, last_median, first_median * 1.25 + 16, first, last, first * 2 + 16,
            spawned, forks, left);
     /* A fork storm's 20 s swing too much for a plateau: the soak checks it. */
@@ -356,7 +386,8 @@ int main(int argc, char **argv) {
         stats(&st);
         /* Every worker has exited: only this thread (and the purge helper,
          * which does not allocate) may still have a heap. */
-        if (st.heaps > 2) DIE("%llu heaps still alive after every worker exited", (unsigned long long)st.heaps);
+        if (st.heaps > 2)
+            DIE("%llu heaps still alive after every worker exited", (unsigned long long)st.heaps);
     }
     printf("ok\n");
     return 0;

@@ -50,26 +50,30 @@ int main(int argc, char **argv) {
     }
     size_t rss_peak = rel_rss();
     struct tidemalloc_stats s1 = rel_stats();
-    for (size_t i = 0; i < NBLOCKS; i++) free(blocks[i]);
+    for (size_t i = 0; i < NBLOCKS; i++)
+        free(blocks[i]);
     size_t rss_end = rel_rss();
     struct tidemalloc_stats s2 = rel_stats();
     REL_FIGURES("mode=%s%s rss_start=%.2fMiB peak=+%.2fMiB after_free=%+.2fMiB mmap=%llu "
                 "free_munmap=%llu free_madvise=%llu retained_after=%.2fMiB huge_blocks_peak=%llu",
-                argv[1], segments ? "+segments" : "", rel_mib(rss0), rel_dmib(rss_peak, rss0), rel_dmib(rss_end, rss0),
-                (unsigned long long)(s2.mmap_calls - s0.mmap_calls),
+                argv[1], segments ? "+segments" : "", rel_mib(rss0), rel_dmib(rss_peak, rss0),
+                rel_dmib(rss_end, rss0), (unsigned long long)(s2.mmap_calls - s0.mmap_calls),
                 (unsigned long long)(s2.munmap_calls - s1.munmap_calls),
                 (unsigned long long)(s2.madvise_calls - s1.madvise_calls),
                 rel_mib(s2.bytes_retained), (unsigned long long)s1.huge_blocks);
-    REL_CHECK(rss_peak >= rss0 + (size_t)60 * 1024 * 1024, "the working set did not become resident");
+    REL_CHECK(rss_peak >= rss0 + (size_t)60 * 1024 * 1024,
+              "the working set did not become resident");
     if (control) {
         /* Without aggressive mode and without the idle purger, the retained
          * memory stays until the purge delay passes and another free comes. */
         REL_CHECK(!segments || rss_end > rss0 + (size_t)32 * 1024 * 1024,
                   "control: RSS fell to %+.2f MiB without aggressive mode; the test cannot "
-                  "tell the modes apart", rel_dmib(rss_end, rss0));
+                  "tell the modes apart",
+                  rel_dmib(rss_end, rss0));
         return 0;
     }
-    REL_CHECK(rss_end <= rss0 + SLACK, "RSS after freeing is %+.2f MiB from the start (limit +1 MiB)",
+    REL_CHECK(rss_end <= rss0 + SLACK,
+              "RSS after freeing is %+.2f MiB from the start (limit +1 MiB)",
               rel_dmib(rss_end, rss0));
     return 0;
 }

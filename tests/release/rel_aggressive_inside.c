@@ -44,7 +44,8 @@ int main(int argc, char **argv) {
     }
     size_t rss_peak = rel_rss();
     struct tidemalloc_stats s1 = rel_stats();
-    for (size_t i = 1; i < NBLOCKS; i += 2) free(blocks[i]);
+    for (size_t i = 1; i < NBLOCKS; i += 2)
+        free(blocks[i]);
     size_t rss_after = rel_rss();
     struct tidemalloc_stats s2 = rel_stats();
     uint64_t madvises = s2.madvise_calls - s1.madvise_calls;
@@ -63,7 +64,8 @@ int main(int argc, char **argv) {
         REL_CHECK(madvises == 0 && s2.munmap_calls == s1.munmap_calls,
                   "control: %llu release calls while freeing blocks of pages in use",
                   (unsigned long long)madvises);
-        REL_CHECK(rss_after + MIB > rss_peak, "control: RSS fell by %.2f MiB without aggressive mode",
+        REL_CHECK(rss_after + MIB > rss_peak,
+                  "control: RSS fell by %.2f MiB without aggressive mode",
                   rel_dmib(rss_peak, rss_after));
         return 0;
     }
@@ -85,6 +87,7 @@ int main(int argc, char **argv) {
             REL_CHECK(blocks[i][j] == 0, "calloc block %zu not zero at %zu", i, j);
         memset(blocks[i], 0x5a, BLOCK);
     }
-    for (size_t i = 0; i < NBLOCKS; i++) free(blocks[i]);
+    for (size_t i = 0; i < NBLOCKS; i++)
+        free(blocks[i]);
     return 0;
 }

@@ -31,7 +31,8 @@ int main(void) {
     struct tidemalloc_stats s1 = rel_stats();
     uint64_t calls = rel_release_calls(&s1) - rel_release_calls(&s0);
     REL_FIGURES("aggressive=%s loops=%d release_calls=%llu",
-                getenv("MALLOC_AGGRESSIVE_MADVISE_") ? getenv("MALLOC_AGGRESSIVE_MADVISE_") : "(unset)",
+                getenv("MALLOC_AGGRESSIVE_MADVISE_") ? getenv("MALLOC_AGGRESSIVE_MADVISE_")
+                                                     : "(unset)",
                 ROUNDS * 4, (unsigned long long)calls);
     REL_CHECK(calls <= 4, "%llu release syscalls in %d malloc/free pairs of small blocks",
               (unsigned long long)calls, ROUNDS * 4);

@@ -36,8 +36,8 @@
 
 #include "release.h"
 
-#define BLOCKS     64
-#define BLOCK_SIZE ((size_t)96 << 10)
+#define BLOCKS            64
+#define BLOCK_SIZE        ((size_t)96 << 10)
 #define PIDFD_SELF_THREAD (-10000) /* the calling thread: its memory is the process's */
 
 static void *blocks[BLOCKS];
@@ -136,8 +136,9 @@ int main(int argc, char **argv) {
                 batches, (unsigned long long)calls1, (unsigned long long)calls2, rel_mib(fell1),
                 rel_mib(fell2), rel_mib(freed));
     /* 96 KiB blocks take 128 KiB of slices: the trim gives back about the blocks' bytes */
-    REL_CHECK(fell1 >= freed / 10 * 9 && fell2 >= freed / 10 * 9, "RSS fell by %.2f and %.2f MiB, freed %.2f MiB",
-              rel_mib(fell1), rel_mib(fell2), rel_mib(freed));
+    REL_CHECK(fell1 >= freed / 10 * 9 && fell2 >= freed / 10 * 9,
+              "RSS fell by %.2f and %.2f MiB, freed %.2f MiB", rel_mib(fell1), rel_mib(fell2),
+              rel_mib(freed));
     if (batches) {
         REL_CHECK(calls1 <= 3 && calls2 <= 3,
                   "%llu and %llu release calls for 32 ranges: not batched",

@@ -45,18 +45,16 @@ int main(int argc, char **argv) {
     uint64_t release = munmaps + madvises;
     uint64_t policy = release > direct_frees ? release - direct_frees : 0;
     uint64_t limit = (uint64_t)iterations / 20;
-    REL_FIGURES("iterations=%ld frees=%ld direct_mapped_frees=%llu mmap=%llu munmap=%llu "
-                "madvise=%llu release=%llu policy_release=%llu purge_runs=%llu limit=%llu",
-                iterations, iterations, (unsigned long long)direct_frees,
-                (unsigned long long)d.mmap, (unsigned long long)munmaps,
-                (unsigned long long)madvises, (unsigned long long)release,
-                (unsigned long long)policy,
-                (unsigned long long)d.purge_runs, (unsigned long long)limit);
+    REL_FIGURES(
+        "iterations=%ld frees=%ld direct_mapped_frees=%llu mmap=%llu munmap=%llu "
+        "madvise=%llu release=%llu policy_release=%llu purge_runs=%llu limit=%llu",
+        iterations, iterations, (unsigned long long)direct_frees, (unsigned long long)d.mmap,
+        (unsigned long long)munmaps, (unsigned long long)madvises, (unsigned long long)release,
+        (unsigned long long)policy, (unsigned long long)d.purge_runs, (unsigned long long)limit);
     REL_CHECK(policy < limit,
               "%llu release syscalls by the release policy (munmap %llu + madvise %llu - %llu "
               "direct-mapping frees) for %ld frees; limit %llu",
-              (unsigned long long)policy, (unsigned long long)munmaps,
-              (unsigned long long)madvises, (unsigned long long)direct_frees, iterations,
-              (unsigned long long)limit);
+              (unsigned long long)policy, (unsigned long long)munmaps, (unsigned long long)madvises,
+              (unsigned long long)direct_frees, iterations, (unsigned long long)limit);
     return 0;
 }

@@ -60,8 +60,7 @@ static const char *vm_flags_of(const void *p) {
 static int has_flag(const char *flags, const char *flag) {
     size_t n = strlen(flag);
     for (const char *c = flags; (c = strstr(c, flag)) != NULL; c += n)
-        if ((c == flags || c[-1] == ' ') && (c[n] == ' ' || c[n] == '\n' || c[n] == '\0'))
-            return 1;
+        if ((c == flags || c[-1] == ' ') && (c[n] == ' ' || c[n] == '\n' || c[n] == '\0')) return 1;
     return 0;
 }
 

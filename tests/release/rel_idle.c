@@ -39,7 +39,8 @@ int main(int argc, char **argv) {
     size_t total = 0, n = 0;
     while (total < TARGET && n < MAX_BLOCKS) {
         uint64_t r = rel_rand(&seed);
-        size_t size = (r & 1) ? 16 + (size_t)(r >> 8) % 1009 : 1024 + (size_t)(r >> 8) % (95 * 1024);
+        size_t size =
+            (r & 1) ? 16 + (size_t)(r >> 8) % 1009 : 1024 + (size_t)(r >> 8) % (95 * 1024);
         void *p = malloc(size);
         REL_CHECK(p != NULL, "malloc(%zu) failed", size);
         memset(p, 0x77, size);
@@ -48,8 +49,10 @@ int main(int argc, char **argv) {
     }
     size_t rss_peak = rel_rss();
     /* Free in a scattered order, as a real program would. */
-    for (size_t i = 0; i < n; i += 2) free(blocks[i]);
-    for (size_t i = 1; i < n; i += 2) free(blocks[i]);
+    for (size_t i = 0; i < n; i += 2)
+        free(blocks[i]);
+    for (size_t i = 1; i < n; i += 2)
+        free(blocks[i]);
     size_t rss_freed = rel_rss();
     struct tidemalloc_stats s1 = rel_stats();
     /* Idle from here on: no malloc, no free, no stdio until the end. */
@@ -68,7 +71,8 @@ int main(int argc, char **argv) {
     }
     struct tidemalloc_stats s2 = rel_stats();
     REL_FIGURES("mode=%s blocks=%zu bytes=%.2fMiB rss_start=%.2fMiB peak=+%.2fMiB "
-                "after_free=%+.2fMiB after_idle=%+.2fMiB halved_at_ms=%d fell_within_5MiB_at_ms=%d idle_ms=%d "
+                "after_free=%+.2fMiB after_idle=%+.2fMiB halved_at_ms=%d fell_within_5MiB_at_ms=%d "
+                "idle_ms=%d "
                 "idle_munmap=%llu idle_madvise=%llu retained_after_free=%.2fMiB "
                 "retained_after_idle=%.2fMiB purge_runs=%llu",
                 argv[1], n, rel_mib(total), rel_mib(rss0), rel_dmib(rss_peak, rss0),

@@ -75,7 +75,8 @@ static void set_stage(int s) {
 
 static void wait_stage(int s) {
     pthread_mutex_lock(&mutex);
-    while (stage < s) pthread_cond_wait(&cond, &mutex);
+    while (stage < s)
+        pthread_cond_wait(&cond, &mutex);
     pthread_mutex_unlock(&mutex);
 }
 
@@ -113,8 +114,10 @@ static void *owner(void *arg) {
 
 /* Frees every block from this (non-owner) thread. */
 static void free_all_remote(void) {
-    for (size_t i = 0; i < nblocks; i += 2) free(blocks[i]);
-    for (size_t i = 1; i < nblocks; i += 2) free(blocks[i]);
+    for (size_t i = 0; i < nblocks; i += 2)
+        free(blocks[i]);
+    for (size_t i = 1; i < nblocks; i += 2)
+        free(blocks[i]);
 }
 
 static void free_it(void *p) {
@@ -228,9 +231,10 @@ int main(int argc, char **argv) {
         REL_CHECK(rss_waited >= rss0 + (size_t)24 * 1024 * 1024,
                   "RSS fell before the trigger (%+.2f MiB): nothing left to test",
                   rel_dmib(rss_waited, rss0));
-        REL_CHECK(rss <= rss0 + SLACK_IDLE,
-                  "RSS still %+.2f MiB above the start after a slow-path free over the retain bound",
-                  rel_dmib(rss, rss0));
+        REL_CHECK(
+            rss <= rss0 + SLACK_IDLE,
+            "RSS still %+.2f MiB above the start after a slow-path free over the retain bound",
+            rel_dmib(rss, rss0));
     } else if (retain) {
         REL_CHECK(rss >= rss0 + (size_t)24 * 1024 * 1024,
                   "RSS fell to %+.2f MiB without the helper thread", rel_dmib(rss, rss0));

@@ -57,7 +57,8 @@ int main(int argc, char **argv) {
     (void)rel_stats(); /* skips under another allocator */
     REL_CHECK(mallopt(M_RETAIN_PERCENT, -1) == 0, "mallopt(M_RETAIN_PERCENT, -1) accepted");
     REL_CHECK(mallopt(M_RETAIN_PERCENT, 10001) == 0, "mallopt(M_RETAIN_PERCENT, 10001) accepted");
-    REL_CHECK(mallopt(M_RETAIN_PERCENT, control ? 0 : 33) == 1, "mallopt(M_RETAIN_PERCENT) refused");
+    REL_CHECK(mallopt(M_RETAIN_PERCENT, control ? 0 : 33) == 1,
+              "mallopt(M_RETAIN_PERCENT) refused");
 
     for (size_t i = 0; i < NBLOCKS; i++) {
         blocks[i] = malloc(BLOCK);

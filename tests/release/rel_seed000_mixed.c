@@ -7,9 +7,9 @@
 
 #include "release.h"
 
-#define NUM    1024 /* the seed's num */
-#define ROUNDS 8    /* the seed's worker, run 8 times in the thread (ebizzy-like) */
-#define ITERATIONS (NUM * ROUNDS)
+#define NUM         1024 /* the seed's num */
+#define ROUNDS      8    /* the seed's worker, run 8 times in the thread (ebizzy-like) */
+#define ITERATIONS  (NUM * ROUNDS)
 #define MAX_RELEASE 100
 
 static void *kept[NUM / 2 + 1];
@@ -25,15 +25,19 @@ static void worker_round(void) {
         unsigned char *m = malloc(size);
         if (m == NULL && size != 0) REL_FAIL("malloc(%zu) failed at i=%d", size, i);
         if (m && size) m[0] = m[size - 1] = 1;
-        if (i % 2 == 0) free(m);
-        else kept[j++] = m;
+        if (i % 2 == 0)
+            free(m);
+        else
+            kept[j++] = m;
     }
-    for (; j > 0; j--) free(kept[j - 1]);
+    for (; j > 0; j--)
+        free(kept[j - 1]);
 }
 
 static void *worker(void *arg) {
     (void)arg;
-    for (int r = 0; r < ROUNDS; r++) worker_round();
+    for (int r = 0; r < ROUNDS; r++)
+        worker_round();
     return NULL;
 }
 

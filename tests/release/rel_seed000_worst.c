@@ -8,8 +8,8 @@
 
 #include "release.h"
 
-#define ITERATIONS 1024
-#define BLOCK      (48 * 4096)
+#define ITERATIONS  1024
+#define BLOCK       (48 * 4096)
 #define MAX_RELEASE 2
 
 static void *worker(void *arg) {

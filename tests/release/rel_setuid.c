@@ -32,11 +32,13 @@ int main(int argc, char **argv) {
         rel_touch(blocks[i], BLOCK);
     }
     struct tidemalloc_stats s0 = rel_stats();
-    for (int i = 0; i < BLOCKS; i++) free(blocks[i]);
+    for (int i = 0; i < BLOCKS; i++)
+        free(blocks[i]);
     struct tidemalloc_stats s1 = rel_stats();
     uint64_t released = rel_release_calls(&s1) - rel_release_calls(&s0);
     REL_FIGURES("at_secure=%lu env_aggressive=%s release_on_free=%llu", secure,
-                getenv("MALLOC_AGGRESSIVE_MADVISE_") ? getenv("MALLOC_AGGRESSIVE_MADVISE_") : "(unset)",
+                getenv("MALLOC_AGGRESSIVE_MADVISE_") ? getenv("MALLOC_AGGRESSIVE_MADVISE_")
+                                                     : "(unset)",
                 (unsigned long long)released);
     if (expect_on)
         REL_CHECK(released > 0, "MALLOC_AGGRESSIVE_MADVISE_=1 had no effect in a normal program");

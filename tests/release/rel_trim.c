@@ -53,7 +53,8 @@ static void *worker(void *arg) {
     wait_all(); /* 2: everything allocated */
     wait_all(); /* 2b: main measured the peak */
     int victim = cross ? (me + 1) % THREADS : me;
-    for (size_t i = 0; i < nblocks[victim]; i++) free(blocks[victim][i]);
+    for (size_t i = 0; i < nblocks[victim]; i++)
+        free(blocks[victim][i]);
     wait_all(); /* 3: everything freed */
     if (exited) return NULL;
     wait_all(); /* 4: main trimmed and measured */
@@ -82,7 +83,8 @@ int main(int argc, char **argv) {
     wait_all(); /* 2b */
     wait_all(); /* 3 */
     if (exited)
-        for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+        for (int i = 0; i < THREADS; i++)
+            pthread_join(t[i], NULL);
     size_t rss_freed = rel_rss();
     struct tidemalloc_stats s1 = rel_stats();
     int trimmed = malloc_trim(0);
@@ -90,7 +92,8 @@ int main(int argc, char **argv) {
     struct tidemalloc_stats s2 = rel_stats();
     if (!exited) {
         wait_all(); /* 4 */
-        for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
+        for (int i = 0; i < THREADS; i++)
+            pthread_join(t[i], NULL);
     }
     REL_FIGURES("mode=%s rss_before=%.2fMiB peak=+%.2fMiB after_free=+%.2fMiB "
                 "after_trim=%+.2fMiB trim_returned=%d retained_before_trim=%.2fMiB "
@@ -98,8 +101,7 @@ int main(int argc, char **argv) {
                 "run_munmap=%llu run_madvise=%llu",
                 argv[1], rel_mib(rss0), rel_dmib(rss_peak, rss0), rel_dmib(rss_freed, rss0),
                 rel_dmib(rss_trim, rss0), trimmed, rel_mib(s1.bytes_retained),
-                rel_mib(s2.bytes_retained),
-                (unsigned long long)(s2.munmap_calls - s1.munmap_calls),
+                rel_mib(s2.bytes_retained), (unsigned long long)(s2.munmap_calls - s1.munmap_calls),
                 (unsigned long long)(s2.madvise_calls - s1.madvise_calls),
                 (unsigned long long)(s1.munmap_calls - s0.munmap_calls),
                 (unsigned long long)(s1.madvise_calls - s0.madvise_calls));

@@ -39,7 +39,9 @@ struct delta {
 };
 
 static struct tidemalloc_stats snap;
-static void mark(void) { snap = rel_stats(); }
+static void mark(void) {
+    snap = rel_stats();
+}
 static struct delta since(void) {
     struct tidemalloc_stats now = rel_stats();
     struct delta d = {now.mmap_calls - snap.mmap_calls, now.munmap_calls - snap.munmap_calls,
@@ -80,8 +82,9 @@ static void warm_up(void) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || argc > 4) {
-        fprintf(stderr,
-                "usage: rel_tunables range|defaults|unmapped|perturb XX|small64k|tiny|dynamic|fixed\n");
+        fprintf(
+            stderr,
+            "usage: rel_tunables range|defaults|unmapped|perturb XX|small64k|tiny|dynamic|fixed\n");
         return 2;
     }
     const char *mode = argv[1];
@@ -93,8 +96,8 @@ int main(int argc, char **argv) {
         int negative = mallopt(M_MMAP_THRESHOLD, -1);
         struct delta m2, f2, m3, f3, m4, f4;
         map_cycle((size_t)40 << 20, &m2, &f2, 0, NULL);
-        int arenas = mallopt(M_ARENA_MAX, 0) + mallopt(M_ARENA_MAX, -1) +
-                     mallopt(M_ARENA_TEST, 0) + mallopt(M_ARENA_TEST, -1);
+        int arenas = mallopt(M_ARENA_MAX, 0) + mallopt(M_ARENA_MAX, -1) + mallopt(M_ARENA_TEST, 0) +
+                     mallopt(M_ARENA_TEST, -1);
         REL_CHECK(mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1, "mallopt(M_MMAP_THRESHOLD) failed");
         int no_mmaps = mallopt(M_MMAP_MAX, -1);
         map_cycle(200 * 1024, &m3, &f3, 0, NULL);
@@ -103,9 +106,8 @@ int main(int argc, char **argv) {
         REL_FIGURES("mallopt_32MiB_plus_1=%d 200KiB_direct=%llu mallopt_minus_1=%d "
                     "40MiB_munmap_on_free=%llu arena_calls_ok=%d mmap_max_minus_1=%d "
                     "200KiB_direct_no_mmaps=%llu 200KiB_direct_after=%llu",
-                    over_32mib, (unsigned long long)m.huge, negative,
-                    (unsigned long long)f2.munmap, arenas, no_mmaps, (unsigned long long)m3.huge,
-                    (unsigned long long)m4.huge);
+                    over_32mib, (unsigned long long)m.huge, negative, (unsigned long long)f2.munmap,
+                    arenas, no_mmaps, (unsigned long long)m3.huge, (unsigned long long)m4.huge);
         REL_CHECK(over_32mib == 1, "mallopt(M_MMAP_THRESHOLD, 33554433) returned %d, expected 1",
                   over_32mib);
         REL_CHECK(m.huge == 0 && f.munmap == 0,
@@ -114,7 +116,8 @@ int main(int argc, char **argv) {
                   (unsigned long long)m.huge, (unsigned long long)f.munmap);
         REL_CHECK(negative == 1, "mallopt(M_MMAP_THRESHOLD, -1) returned %d, expected 1", negative);
         REL_CHECK(f2.munmap == 0, "with the threshold at -1 a 40 MiB block was unmapped on free");
-        REL_CHECK(arenas == 4, "M_ARENA_MAX/M_ARENA_TEST with 0 and -1: %d of 4 returned 1", arenas);
+        REL_CHECK(arenas == 4, "M_ARENA_MAX/M_ARENA_TEST with 0 and -1: %d of 4 returned 1",
+                  arenas);
         REL_CHECK(no_mmaps == 1, "mallopt(M_MMAP_MAX, -1) returned %d, expected 1", no_mmaps);
         REL_CHECK(m3.huge == 0 && f3.munmap == 0,
                   "M_MMAP_MAX -1: a 200 KiB block was mapped on its own (direct %llu)",
@@ -196,7 +199,8 @@ int main(int argc, char **argv) {
     } else if (strcmp(mode, "dynamic") == 0 || strcmp(mode, "fixed") == 0) {
         int fixed = strcmp(mode, "fixed") == 0;
         if (fixed)
-            REL_CHECK(mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1, "mallopt(M_MMAP_THRESHOLD) failed");
+            REL_CHECK(mallopt(M_MMAP_THRESHOLD, 128 * 1024) == 1,
+                      "mallopt(M_MMAP_THRESHOLD) failed");
         map_cycle((size_t)1 << 20, &m, &f, 0, NULL);
         struct delta m2, f2;
         void *kept = NULL;
@@ -221,7 +225,8 @@ int main(int argc, char **argv) {
                       "dynamic threshold: after freeing a 1 MiB mapping the next 1 MiB malloc "
                       "is still a direct mapping (mmap %llu, direct %llu)",
                       (unsigned long long)m2.mmap, (unsigned long long)m2.huge);
-            REL_CHECK(f2.munmap == 0, "its free made %llu munmap calls", (unsigned long long)f2.munmap);
+            REL_CHECK(f2.munmap == 0, "its free made %llu munmap calls",
+                      (unsigned long long)f2.munmap);
         }
     } else {
         fprintf(stderr, "unknown mode %s\n", mode);

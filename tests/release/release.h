@@ -82,7 +82,8 @@ static inline size_t rel_rss(void) {
     if (n <= 0) REL_FAIL("cannot read /proc/self/statm");
     buf[n] = '\0';
     const char *p = buf;
-    while (*p && *p != ' ') p++; /* skip size */
+    while (*p && *p != ' ')
+        p++; /* skip size */
     unsigned long res = strtoul(p, NULL, 10);
     return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
 }
@@ -90,7 +91,8 @@ static inline size_t rel_rss(void) {
 /* Writes one byte in every page of [p, p + n). */
 static inline void rel_touch(void *p, size_t n) {
     volatile unsigned char *c = p;
-    for (size_t i = 0; i < n; i += 4096) c[i] = (unsigned char)(i >> 12 | 1);
+    for (size_t i = 0; i < n; i += 4096)
+        c[i] = (unsigned char)(i >> 12 | 1);
     if (n) c[n - 1] = 1;
 }
 
@@ -132,10 +134,9 @@ static inline struct rel_syscalls rel_syscalls_in_thread(void *(*fn)(void *)) {
     REL_CHECK(pthread_create(&t, NULL, fn, NULL) == 0, "pthread_create failed");
     REL_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
     struct tidemalloc_stats after = rel_stats();
-    return (struct rel_syscalls){after.mmap_calls - before.mmap_calls,
-                                 after.munmap_calls - before.munmap_calls,
-                                 after.madvise_calls - before.madvise_calls,
-                                 after.purge_runs - before.purge_runs};
+    return (struct rel_syscalls){
+        after.mmap_calls - before.mmap_calls, after.munmap_calls - before.munmap_calls,
+        after.madvise_calls - before.madvise_calls, after.purge_runs - before.purge_runs};
 }
 
 #endif

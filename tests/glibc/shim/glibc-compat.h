@@ -24,7 +24,7 @@
 /* The tests are built as tests (MODULE_NAME=testsuite in glibc), never as
  * part of libc itself. */
 #define IS_IN(lib) 0
-#define IS_IN_LIB 0
+#define IS_IN_LIB  0
 
 /* Inside glibc, include/errno.h provides __set_errno and include/limits.h
  * is reached from most internal headers; a few support/ files rely on both
