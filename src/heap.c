@@ -372,22 +372,25 @@ static uint64_t page_bytes(const struct page *page) {
     return (uint64_t)page->slice_count << SLICE_SHIFT;
 }
 
+/* A page leaving the cache goes back to its segment before the cache lock
+ * is dropped: fork takes that lock, so a child finds every page either in
+ * its cache (given back by heap_atfork_child) or freed, never in between,
+ * where it stayed in use for good. The segment locks come after the cache
+ * locks in fork's order. */
 static void page_cache_push(struct heap *heap, struct page *page) {
-    struct page *evicted = NULL;
     spin_lock(&heap->cache_lock);
     if (heap->page_cache_count == PAGE_CACHE_SLOTS) {
         struct cached_page oldest = heap->page_cache[0];
         for (unsigned i = 1; i < PAGE_CACHE_SLOTS; i++)
             heap->page_cache[i - 1] = heap->page_cache[i];
         heap->page_cache_count--;
-        evicted = oldest.page;
-        if (!oldest.clean) retained_bytes_note(page_bytes(evicted), false);
+        if (!oldest.clean) retained_bytes_note(page_bytes(oldest.page), false);
+        segment_page_free(heap, oldest.page);
     }
     heap->page_cache[heap->page_cache_count++] = (struct cached_page){page, clock_ms(), 0};
     /* under the lock, which fork takes: a child's count matches its caches */
     retained_bytes_note(page_bytes(page), true);
     spin_unlock(&heap->cache_lock);
-    if (evicted) segment_page_free(heap, evicted);
 }
 
 /* A cached page for class `cls` (best: same class, free list intact), else one
@@ -437,10 +440,10 @@ static void page_cache_flush(struct heap *heap, bool everything) {
                 heap->page_cache[i - 1] = heap->page_cache[i];
             heap->page_cache_count--;
             if (!entry.clean) retained_bytes_note(page_bytes(entry.page), false);
+            segment_page_free(heap, entry.page); /* under the lock: see page_cache_push */
         }
         spin_unlock(&heap->cache_lock);
         if (entry.page == NULL) return;
-        segment_page_free(heap, entry.page);
     }
 }
 
