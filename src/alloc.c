@@ -171,8 +171,12 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
         const struct page *page = page_of_block(p, "realloc(): invalid pointer");
         if (page->class_index != LARGE_CLASS ? realloc_fits(size, page->block_size)
                                              : size > SMALL_MAX && size <= page->block_size &&
-                                                   slices_for_size(size) == page->slice_count)
+                                                   slices_for_size(size) == page->slice_count) {
+            /* a freed block kept in place would be handed out twice */
+            if (CHECKS_ON && unlikely(((const struct block *)p)->free_key == free_key_of(page)))
+                realloc_freed_check(p);
             return p;
+        }
     }
     return realloc_change(p, size);
 }

@@ -74,7 +74,7 @@ static NOINLINE void free_remote_with_options(struct page *page, struct block *b
                  (current_thread_id() | OWNER_CHECKED_BIT);
     if (CHECKS_ON && unlikely(b->free_key == free_key_of(page))) {
         if (!owner) fatal_error("free(): double free detected");
-        heap_double_free_check(segment->heap, page, b);
+        heap_freed_block_check(page, b, "free(): double free detected");
     }
     if (OPTION(checked)) checked_before_free(page, b);
     /* secure mode checks the free fill on reuse: released pages read zero */
@@ -101,7 +101,7 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
  * separate function keeps the fast path free of register saves. */
 static NOINLINE void free_local_checked(struct segment *segment, struct page *page,
                                         struct block *b) {
-    heap_double_free_check(segment->heap, page, b);
+    heap_freed_block_check(page, b, "free(): double free detected");
     free_local(segment, page, b);
 }
 
@@ -137,6 +137,17 @@ static inline __attribute__((always_inline)) void free_inline(void *p) {
 
 void free_internal(void *p) {
     free_inline(p);
+}
+
+/* realloc keeps a block in place whose free key is set: a block freed
+ * already, which would then be handed out twice, or a live one holding a copy
+ * of a freed one's words. The owner walks the page's lists to tell; another
+ * thread cannot, and takes the key for proof, as free_remote does. */
+void realloc_freed_check(void *p) {
+    struct segment *segment = segment_of(p);
+    if (segment_owner_thread(segment) != current_thread_id())
+        fatal_error("realloc(): invalid pointer");
+    heap_freed_block_check(page_of(segment, p), p, "realloc(): invalid pointer");
 }
 
 API void TM_NAME(free)(void *p) {

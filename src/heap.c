@@ -790,16 +790,17 @@ void heap_page_empty(struct heap *heap, struct page *page) {
     errno = saved;
 }
 
-/* The block carries the free key: a double free, or user data that happens to
- * equal the key. Collect, then look for the block on the page's free list. */
-void heap_double_free_check(struct heap *heap, struct page *page, struct block *b) {
-    (void)heap;
+/* The block carries the free key: freed already (free: a double free;
+ * realloc: a use after free), or user data that happens to equal the key.
+ * Owner only. Collect, then look for the block on the page's free list;
+ * `message` is the abort's line. */
+void heap_freed_block_check(struct page *page, struct block *b, const char *message) {
     page_collect_remote(page);
     /* reclaimed meanwhile: every block of the page was free already */
-    if (page->capacity == 0) fatal_error("free(): double free detected");
+    if (page->capacity == 0) fatal_error(message);
     uint32_t steps = 0;
     for (struct block *f = page->free; f; f = block_next_checked(f)) {
-        if (f == b) fatal_error("free(): double free detected");
+        if (f == b) fatal_error(message);
         if (++steps > page->capacity) report_corrupt_free_list();
     }
 }

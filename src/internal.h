@@ -464,7 +464,7 @@ bool heap_large_grow(void *p, size_t size) INTERNAL;   /* false: p untouched */
 bool heap_large_shrink(void *p, size_t size) INTERNAL; /* false: p untouched */
 void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
 struct heap *heap_for_thread(void) INTERNAL; /* creates this thread's heap if needed */
-void heap_double_free_check(struct heap *heap, struct page *page, struct block *b) INTERNAL;
+void heap_freed_block_check(struct page *page, struct block *b, const char *message) INTERNAL;
 
 /* ---- huge.c ---- */
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
@@ -502,6 +502,7 @@ static inline struct page *page_of_block(const void *p, const char *message) {
 }
 size_t block_usable_size(const void *p, const char *function) INTERNAL;
 void free_internal(void *p) INTERNAL;
+void realloc_freed_check(void *p) INTERNAL; /* p's free key is set: aborts if p is free */
 
 /* ---- check.c: secure mode and MALLOC_PERTURB_ ---- */
 #define SECURE_TRAILER 5 /* at least one canary byte, then the requested size (4 bytes) */

@@ -9,7 +9,8 @@
  * the same with a forged glibc-style chunk header before the pointer (an
  * allocator with in-band headers believes it), double free of a large and of
  * a huge block, free of a pointer into a huge block, realloc of a freed
- * block, free of a pointer into a page's slack (before its first block),
+ * block (grown, kept at its size or shrunk in place, and from another
+ * thread), free of a pointer into a page's slack (before its first block),
  * free into the slices a freed or shrunk large block gave back, double
  * frees with other frees in between (one, and twenty), a double
  * free from another thread, and free-list corruption by a write after free
@@ -169,6 +170,42 @@ static void case_realloc_freed(void) {
     free(q);
 }
 
+/* realloc of a freed block to a size it still holds: kept in place, the
+ * block would be handed out twice (malloc returns it again). Nothing is
+ * freed after it, so only realloc can abort. */
+static void realloc_freed_in_place(size_t size) {
+    void *p = malloc(40), *keep = malloc(40); /* keep: the page stays in use */
+    memset(p, 0, 40);
+    free(p);
+    void *q = realloc(launder(p), size);
+    void *again = malloc(40); /* the same block as q, were realloc believed */
+    launder(q);
+    launder(again);
+    launder(keep);
+}
+
+static void case_realloc_freed_same_size(void) {
+    realloc_freed_in_place(40);
+}
+
+static void case_realloc_freed_shrink(void) {
+    realloc_freed_in_place(30);
+}
+
+static void *realloc_in_thread(void *p) {
+    launder(realloc(p, 48));
+    return NULL;
+}
+
+static void case_realloc_freed_other_thread(void) {
+    void *p = malloc(48), *keep = malloc(48);
+    memset(p, 0, 48);
+    free(p);
+    pthread_t t;
+    if (pthread_create(&t, NULL, realloc_in_thread, p) == 0) pthread_join(t, NULL);
+    launder(keep);
+}
+
 /* p freed, another block of its size freed, then p again. */
 static void double_free_with_one_between(size_t size) {
     void *p = malloc(size), *q = malloc(size);
@@ -263,6 +300,10 @@ static const struct {
     {"free into a freed large block's later slice", case_freed_large_tail, 1, "free(): "},
     {"free into the slices a realloc shrink gave back", case_shrunk_large_tail, 1, "free(): "},
     {"realloc of a freed block", case_realloc_freed, 1, "realloc(): "},
+    {"realloc of a freed block to its size", case_realloc_freed_same_size, 1, "realloc(): "},
+    {"realloc of a freed block to a smaller size", case_realloc_freed_shrink, 1, "realloc(): "},
+    {"realloc of a freed block from another thread", case_realloc_freed_other_thread, 1,
+     "realloc(): "},
     {"double free with a free in between", case_double_free_between, 1, "free(): "},
     {"double free 20 frees later", case_double_free_20_later, 1, "free(): "},
     {"double free of a large block, a free in between", case_double_free_large_between, 1,
