@@ -191,6 +191,8 @@ static void exit_heap_forget(void) {
 /* Collects what other threads freed where that empties a page (every list
  * when exiting) and gives empty pages back. Returns the pages it looked at. */
 static uint32_t heap_collect(struct heap *heap, bool exiting) {
+    /* first: a batch may hold this heap's own blocks (a segment it adopted) */
+    remote_batches_flush(heap);
     uint32_t visited = 0;
     for (struct page *page = heap->large_pages, *next; page; page = next) {
         next = page->next;
@@ -795,6 +797,8 @@ void heap_page_empty(struct heap *heap, struct page *page) {
  * Owner only. Collect, then look for the block on the page's free list;
  * `message` is the abort's line. */
 void heap_freed_block_check(struct page *page, struct block *b, const char *message) {
+    /* before the walk: a batch pushed after this look is on the lists */
+    if (remote_batch_open_for(page)) fatal_error(message);
     page_collect_remote(page);
     /* reclaimed meanwhile: every block of the page was free already */
     if (page->capacity == 0) fatal_error(message);

@@ -503,6 +503,8 @@ static inline struct page *page_of_block(const void *p, const char *message) {
 size_t block_usable_size(const void *p, const char *function) INTERNAL;
 void free_internal(void *p) INTERNAL;
 void realloc_freed_check(void *p) INTERNAL; /* p's free key is set: aborts if p is free */
+void remote_batches_flush(struct heap *heap) INTERNAL;        /* pushes every batch of the heap */
+bool remote_batch_open_for(const struct page *page) INTERNAL; /* some heap batches its blocks */
 
 /* ---- check.c: secure mode and MALLOC_PERTURB_ ---- */
 #define SECURE_TRAILER 5 /* at least one canary byte, then the requested size (4 bytes) */

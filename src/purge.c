@@ -289,6 +289,8 @@ static uint32_t pressure_min_age_ms(void) {
 }
 
 void purge_after_free(void) {
+    /* this thread's frees of other threads' blocks count in what a pass sees */
+    if (unlikely(t_heap->remote_batches_open != 0)) remote_batches_flush(t_heap);
     if (retained_total() <= retain_limit()) return;
     uint32_t now = clock_ms();
     /* relaxed: rate limiting only, as below */

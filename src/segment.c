@@ -480,6 +480,8 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
      * free mask during its madvise; a large block can need all 63). A new
      * one has every slice free and nothing for a purger: the last attempt
      * maps one (the soak saw malloc(3.6 MiB) fail with ENOMEM without it). */
+    /* blocks this thread freed may empty a segment that it could adopt */
+    remote_batches_flush(heap);
     static const enum segment_source sources[] = {SEGMENT_ANY, SEGMENT_ANY, SEGMENT_CACHED_OR_NEW,
                                                   SEGMENT_NEW};
     for (unsigned attempt = 0; attempt < sizeof sources / sizeof sources[0]; attempt++) {

@@ -34,6 +34,13 @@
 #define LARGE_MAX       ((SLICES_PER_SEGMENT - 1) * SLICE_SIZE)
 #define PAGE_MAX_SLICES 8 /* a class page spans at most 512 KiB */
 
+/* Remote frees in batches (free.c): slots per heap, blocks per batch, and
+ * the largest block size batched (larger blocks would hold more memory back
+ * from their owner than the saved atomic is worth: mstress's peak RSS). */
+#define REMOTE_BATCH_SLOTS     64
+#define REMOTE_BATCH_MAX       8
+#define REMOTE_BATCH_BLOCK_MAX 1024
+
 #define ALIGNMENT 16 /* every block is at least 16-byte aligned, like glibc */
 
 /* A free block. Links are encoded with the slot's address (glibc's
@@ -160,7 +167,22 @@ struct heap {
         uint8_t clean;     /* a purger released its memory: reads as zero */
     } page_cache[8];       /* cache lock: recently emptied pages, oldest first */
     uint8_t exiting;       /* thread-exit destructor has run once */
+    /* Blocks of other threads' pages that this thread freed and has not yet
+     * pushed on their page's thread_free list (free.c, "remote frees in
+     * batches"): a slot per descriptor index, so a slot holds one page's
+     * blocks. Owner only; empty after remote_batches_flush. */
+    uint64_t remote_batches_open; /* owner only: bit i set iff remote_batches[i] is not empty */
+    struct remote_batch {
+        /* the page's descriptor | its blocks here (1..REMOTE_BATCH_MAX), 0:
+           empty (descriptors are 64-byte aligned); relaxed atomic accesses,
+           as double-free checks of other threads peek at it */
+        _Atomic uintptr_t page_and_count;
+        struct block *first; /* the newest block; links lead to `last` */
+        struct block *last;  /* the oldest block; linked when the batch is pushed */
+    } remote_batches[REMOTE_BATCH_SLOTS];
 };
 
 _Static_assert(sizeof(struct page) == 256, "page descriptors index with a shift");
+_Static_assert(_Alignof(struct page) >= 64 && REMOTE_BATCH_MAX < 64,
+               "a batch's count shares a word with its page's descriptor address");
 #endif

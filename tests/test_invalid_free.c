@@ -13,7 +13,8 @@
  * thread), free of a pointer into a page's slack (before its first block),
  * free into the slices a freed or shrunk large block gave back, double
  * frees with other frees in between (one, and twenty), a double
- * free from another thread, and free-list corruption by a write after free
+ * free from another thread, a double free or realloc by the owner of a
+ * block that a thread still running freed, and free-list corruption by a write after free
  * (the link zeroed, or pointed at the stack or at another mapping): the next
  * malloc of that size must abort instead of returning the forged block. */
 #include <malloc.h>
@@ -248,6 +249,67 @@ static void case_double_free_other_thread(void) {
     free(keep);
 }
 
+/* Another thread frees p and stays, its heap set up: tidemalloc holds the
+ * block in that thread's batch of remote frees, on none of its page's
+ * lists, when the owner frees or reallocs it again. */
+static pthread_mutex_t freer_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t freer_cond = PTHREAD_COND_INITIALIZER;
+static int freer_stage; /* 1: p freed; 2: the freer may return */
+
+static void freer_set_stage(int stage) {
+    pthread_mutex_lock(&freer_lock);
+    freer_stage = stage;
+    pthread_cond_broadcast(&freer_cond);
+    pthread_mutex_unlock(&freer_lock);
+}
+
+static void freer_wait_stage(int stage) {
+    pthread_mutex_lock(&freer_lock);
+    while (freer_stage < stage)
+        pthread_cond_wait(&freer_cond, &freer_lock);
+    pthread_mutex_unlock(&freer_lock);
+}
+
+static void *free_and_stay(void *p) {
+    launder(malloc(48)); /* this thread's heap */
+    free(p);
+    freer_set_stage(1);
+    freer_wait_stage(2);
+    return NULL;
+}
+
+/* Runs `again` on p in the owner while another thread holds p freed. */
+static void owner_again_while_freed_elsewhere(void (*again)(void *)) {
+    void *p = malloc(48), *keep = malloc(48); /* keep: the page stays in use */
+    memset(p, 0, 48);
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_and_stay, p) != 0) return;
+    freer_wait_stage(1);
+    again(p);
+    void *a = malloc(48), *b = malloc(48); /* p twice, were the second free believed */
+    launder(a);
+    launder(b);
+    launder(keep);
+    freer_set_stage(2);
+    pthread_join(t, NULL);
+}
+
+static void free_again(void *p) {
+    free(launder(p));
+}
+
+static void realloc_again(void *p) {
+    launder(realloc(launder(p), 48));
+}
+
+static void case_double_free_owner_after_other_thread(void) {
+    owner_again_while_freed_elsewhere(free_again);
+}
+
+static void case_realloc_owner_after_other_thread(void) {
+    owner_again_while_freed_elsewhere(realloc_again);
+}
+
 /* Frees p and overwrites its first word (where a free list keeps its link)
  * with `forged`, then allocates the same size twice, as a use-after-free
  * exploit does to get `forged` back from malloc. */
@@ -309,6 +371,10 @@ static const struct {
     {"double free of a large block, a free in between", case_double_free_large_between, 1,
      "free(): "},
     {"double free from another thread", case_double_free_other_thread, 1, "free(): "},
+    {"double free by the owner of a block another thread freed",
+     case_double_free_owner_after_other_thread, 1, "free(): "},
+    {"realloc by the owner of a block another thread freed", case_realloc_owner_after_other_thread,
+     1, "realloc(): "},
     {"write after free: link zeroed", case_link_zeroed, 1, "malloc(): corrupted free list"},
     {"write after free: link to the stack", case_link_to_stack, 1, "malloc(): corrupted free list"},
     {"write after free: link to another mapping", case_link_to_other_mapping, 1,
