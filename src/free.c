@@ -78,8 +78,9 @@ static inline __attribute__((always_inline)) void thread_free_push(struct page *
  * page (one slot per descriptor index), and a batch goes in one CAS when it
  * holds REMOTE_BATCH_MAX blocks, when another page takes its slot, and from
  * remote_batches_flush: before this thread takes a segment, on its purge
- * checks (purge_after_free: a page it emptied, a list it filled), in the
- * slow path's periodic collect, in malloc_trim and at thread exit.
+ * checks (purge_after_free: a page it emptied, a list it filled; once a
+ * clock tick), in the slow path's periodic collect, in malloc_trim and at
+ * thread exit.
  * Batched blocks are not yet their owner's to reuse: per thread at most
  * REMOTE_BATCH_SLOTS batches of REMOTE_BATCH_MAX - 1 blocks of at most
  * REMOTE_BATCH_BLOCK_MAX bytes, held until its next flush. A batched block

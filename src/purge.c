@@ -289,8 +289,17 @@ static uint32_t pressure_min_age_ms(void) {
 }
 
 void purge_after_free(void) {
-    /* this thread's frees of other threads' blocks count in what a pass sees */
-    if (unlikely(t_heap->remote_batches_open != 0)) remote_batches_flush(t_heap);
+    /* this thread's frees of other threads' blocks count in what a pass
+     * sees; once per clock tick (mstress: 181k of 347k pushes were these
+     * flushes, at 2.5 blocks a push, when every call flushed) */
+    struct heap *heap = t_heap;
+    if (unlikely(heap->remote_batches_open != 0)) {
+        uint32_t now = clock_ms();
+        if (now != heap->remote_batches_flushed_ms) {
+            heap->remote_batches_flushed_ms = now;
+            remote_batches_flush(heap);
+        }
+    }
     if (retained_total() <= retain_limit()) return;
     uint32_t now = clock_ms();
     /* relaxed: rate limiting only, as below */

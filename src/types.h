@@ -172,6 +172,8 @@ struct heap {
      * batches"): a slot per descriptor index, so a slot holds one page's
      * blocks. Owner only; empty after remote_batches_flush. */
     uint64_t remote_batches_open; /* owner only: bit i set iff remote_batches[i] is not empty */
+    uint32_t
+        remote_batches_flushed_ms; /* owner only: clock_ms() of purge_after_free's last flush */
     struct remote_batch {
         /* the page's descriptor | its blocks here (1..REMOTE_BATCH_MAX), 0:
            empty (descriptors are 64-byte aligned); relaxed atomic accesses,
