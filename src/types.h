@@ -139,8 +139,11 @@ struct segment {
 };
 
 /* A thread's heap. Only its thread touches it, except `next_heap` (heaps
- * lock). Threads that never allocate use g_empty_heap, whose page pointers all
- * lead to an always-empty page, so the fast path needs no init test. */
+ * lock) and the batches' page_and_count words, which double-free checks
+ * read (relaxed). Threads that never allocate use g_empty_heap, whose page
+ * pointers all lead to an always-empty page, so the fast path needs no init
+ * test, and which never batches a free. Invariant: bit i of
+ * remote_batches_open is set iff remote_batches[i].page_and_count != 0. */
 struct heap {
     struct page *pages_direct[SMALL_CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
     /* Pages the queue search met with no free block and nothing left to
@@ -170,10 +173,11 @@ struct heap {
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in
      * batches"): a slot per descriptor index, so a slot holds one page's
-     * blocks. Owner only; empty after remote_batches_flush. */
+     * blocks. Owner only but for page_and_count; empty after
+     * remote_batches_flush. */
     uint64_t remote_batches_open; /* owner only: bit i set iff remote_batches[i] is not empty */
-    uint32_t
-        remote_batches_flushed_ms; /* owner only: clock_ms() of purge_after_free's last flush */
+    /* owner only: clock_ms() of purge_after_free's last flush */
+    uint32_t remote_batches_flushed_ms;
     struct remote_batch {
         /* the page's descriptor | its blocks here (1..REMOTE_BATCH_MAX), 0:
            empty (descriptors are 64-byte aligned); relaxed atomic accesses,
