@@ -19,6 +19,7 @@
  * malloc of that size must abort instead of returning the forged block. */
 #include <malloc.h>
 #include <pthread.h>
+#include <semaphore.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
@@ -252,29 +253,13 @@ static void case_double_free_other_thread(void) {
 /* Another thread frees p and stays, its heap set up: tidemalloc holds the
  * block in that thread's batch of remote frees, on none of its page's
  * lists, when the owner frees or reallocs it again. */
-static pthread_mutex_t freer_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_cond_t freer_cond = PTHREAD_COND_INITIALIZER;
-static int freer_stage; /* 1: p freed; 2: the freer may return */
-
-static void freer_set_stage(int stage) {
-    pthread_mutex_lock(&freer_lock);
-    freer_stage = stage;
-    pthread_cond_broadcast(&freer_cond);
-    pthread_mutex_unlock(&freer_lock);
-}
-
-static void freer_wait_stage(int stage) {
-    pthread_mutex_lock(&freer_lock);
-    while (freer_stage < stage)
-        pthread_cond_wait(&freer_cond, &freer_lock);
-    pthread_mutex_unlock(&freer_lock);
-}
+static sem_t freer_freed, freer_may_return; /* set up in each case's child */
 
 static void *free_and_stay(void *p) {
     launder(malloc(48)); /* this thread's heap */
     free(p);
-    freer_set_stage(1);
-    freer_wait_stage(2);
+    sem_post(&freer_freed);
+    sem_wait(&freer_may_return);
     return NULL;
 }
 
@@ -282,15 +267,16 @@ static void *free_and_stay(void *p) {
 static void owner_again_while_freed_elsewhere(void (*again)(void *)) {
     void *p = malloc(48), *keep = malloc(48); /* keep: the page stays in use */
     memset(p, 0, 48);
+    if (sem_init(&freer_freed, 0, 0) != 0 || sem_init(&freer_may_return, 0, 0) != 0) return;
     pthread_t t;
     if (pthread_create(&t, NULL, free_and_stay, p) != 0) return;
-    freer_wait_stage(1);
+    sem_wait(&freer_freed);
     again(p);
     void *a = malloc(48), *b = malloc(48); /* p twice, were the second free believed */
     launder(a);
     launder(b);
     launder(keep);
-    freer_set_stage(2);
+    sem_post(&freer_may_return);
     pthread_join(t, NULL);
 }
 
