@@ -14,9 +14,11 @@
  * blocks in class and large pages (a class page counts blocks other threads
  * freed that its owner has not collected yet as in use), and the class pages
  * of that sample by size class: resident, in blocks, and how much of that
- * other threads freed and the owner has not collected. "Program's own" is
- * anonymous memory that is none of these (stacks,
- * static data, the program's own mappings, cached huge mappings). Headers are
+ * other threads freed and the owner has not collected, then its segments one
+ * by one: who owns each (a live heap, abandoned, or none: cached or frozen),
+ * and what is resident in its free slices and class pages against the blocks
+ * they hold. "Program's own" is anonymous memory that is none of these
+ * (stacks, static data, the program's own mappings, cached huge mappings). Headers are
  * read with pread on /proc/self/mem, so a segment unmapped meanwhile reads as
  * an error instead of a crash. A diagnostic, not a benchmark: the sampling
  * thread and its locks slow the program down. */
@@ -163,8 +165,16 @@ struct parts {
     double class_resident[LARGE_CLASS], class_in_use[LARGE_CLASS]; /* class pages by class */
     double class_pending[LARGE_CLASS]; /* of class_in_use: freed by other threads, not collected */
     unsigned class_pages[LARGE_CLASS]; /* pages in use by class */
+    /* per segment, in the order found: the header fields and the sums */
+    struct segment_parts {
+        uintptr_t base, owner_id;
+        uint8_t abandoned;
+        uint8_t free_slices, dirty_free_slices; /* counts */
+        double free_resident, class_resident, class_in_use;
+    } segment[MAX_SEGMENTS];
+    int segment_count;
 };
-static struct parts sum, at_peak;
+static struct parts sum, at_peak, now; /* now: too big for the sampler's stack */
 static double samples;
 static unsigned interval_ms = 20;
 static uintptr_t segments[MAX_SEGMENTS];
@@ -236,7 +246,7 @@ static double resident_bytes(uintptr_t from, size_t length) {
 }
 
 static void sample(void) {
-    struct parts now = {0};
+    memset(&now, 0, sizeof now);
     find_segments();
     for (int k = 0; k < segment_count; k++) {
         uintptr_t base = segments[k];
@@ -245,6 +255,13 @@ static void sample(void) {
             continue;
         }
         if (mincore((void *)base, SEGMENT_SIZE, residency)) continue;
+        struct segment_parts *mine = &now.segment[now.segment_count++];
+        mine->base = base;
+        mine->owner_id = header.owner_id;
+        mine->abandoned = header.abandoned;
+        mine->free_slices = (uint8_t)__builtin_popcountll(header.free_slices);
+        mine->dirty_free_slices =
+            (uint8_t)__builtin_popcountll(header.free_slices & header.dirty_slices);
         for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++) {
             double bytes = 0;
             for (size_t q = 0; q < SLICE_SIZE / OS_PAGE_SIZE; q++)
@@ -258,6 +275,8 @@ static void sample(void) {
                              : header.pages[first].class_index == LARGE_CLASS ? LARGE_PAGES
                                                                               : CLASS_PAGES;
             now.resident[part] += bytes;
+            if (part == FREE_SLICES) mine->free_resident += bytes;
+            if (part == CLASS_PAGES) mine->class_resident += bytes;
             unsigned class_index = header.pages[first].class_index;
             if (part == CLASS_PAGES && class_index < LARGE_CLASS)
                 now.class_resident[class_index] += bytes;
@@ -266,6 +285,7 @@ static void sample(void) {
                     part == LARGE_PAGES ? page->block_size : (double)page->used * page->block_size;
                 if (part == CLASS_PAGES && class_index < LARGE_CLASS) {
                     now.class_in_use[class_index] += (double)page->used * page->block_size;
+                    mine->class_in_use += (double)page->used * page->block_size;
                     uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
                     if (word != 1) /* 1: THREAD_FREE_RECLAIMED */
                         now.class_pending[class_index] += (double)(word >> 48) * page->block_size;
@@ -345,6 +365,17 @@ __attribute__((destructor)) static void report(void) {
             fprintf(stderr, "    %6u B: %4u pages %8.0f / %8.0f (%.0f)\n", g_class_size[c],
                     at_peak.class_pages[c], at_peak.class_resident[c] / 1024,
                     at_peak.class_in_use[c] / 1024, at_peak.class_pending[c] / 1024);
+    fprintf(stderr, "  segments at peak: owner, free slices (dirty ones), KiB resident in free"
+                    " slices, in class pages / in their blocks\n");
+    for (int k = 0; k < at_peak.segment_count; k++) {
+        const struct segment_parts *g = &at_peak.segment[k];
+        fprintf(stderr, "    %#14lx %-10s %2u (%2u) %8.0f %8.0f / %8.0f\n", (unsigned long)g->base,
+                g->abandoned  ? "abandoned"
+                : g->owner_id ? "a heap"
+                              : "no owner",
+                g->free_slices, g->dirty_free_slices, g->free_resident / 1024,
+                g->class_resident / 1024, g->class_in_use / 1024);
+    }
 }
 
 __attribute__((constructor)) static void start(void) {
