@@ -195,12 +195,16 @@ static inline unsigned class_aligned_from(unsigned cls, size_t alignment) {
 }
 
 /* The class of a size up to SMALL_MAX: 16-byte steps to 128, then 4 classes
- * per doubling. */
+ * per doubling to 1 KiB, then 5: the eighth of the doubling that the size
+ * reaches into (w's three bits below the top one) picks 9/8, 5/4, 3/2, 3/2,
+ * 7/4, 7/4, 2, 2 through the nibbles of one constant. */
 static inline unsigned size_class_of(size_t size) {
     if (size <= 128) return (unsigned)((size + 15) >> 4);
     size_t w = size - 1;
     unsigned bit = 63u - (unsigned)__builtin_clzl(w);
-    return 9u + (bit - 7u) * 4u + (unsigned)((w >> (bit - 2u)) & 3u);
+    if (size <= 1024) return 9u + (bit - 7u) * 4u + (unsigned)((w >> (bit - 2u)) & 3u);
+    unsigned eighth = (unsigned)((w >> (bit - 3u)) & 7u);
+    return 21u + (bit - 10u) * 5u + ((0x44332210u >> (eighth * 4u)) & 15u);
 }
 
 /* ---- segment.c ---- */

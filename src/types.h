@@ -25,7 +25,7 @@
 #define SLICES_PER_SEGMENT (SEGMENT_SIZE / SLICE_SIZE) /* 64: one uint64_t bitmap */
 #define OS_PAGE_SIZE       4096
 
-#define SMALL_CLASS_COUNT 41                 /* classes 0..40, 16 B .. 32 KiB */
+#define SMALL_CLASS_COUNT 46                 /* classes 0..45, 16 B .. 32 KiB */
 #define SMALL_MAX         ((size_t)32 << 10) /* largest size served from a class */
 #define LARGE_CLASS       SMALL_CLASS_COUNT  /* class_index of a one-block page */
 /* Largest block served from slices: a whole segment but its header. Blocks of

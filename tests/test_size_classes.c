@@ -1,7 +1,7 @@
 /* Sizes at and around every size-class boundary: malloc_usable_size(p) is at
  * least the request, all of it can be written, and writing it disturbs no
- * other live block. Sizes: every byte 1..2048, then 2^k and 1.25, 1.5, 1.75
- * times 2^k (and their neighbours) up to 64 MiB. */
+ * other live block. Sizes: every byte 1..2048, then 2^k and 1.125, 1.25, 1.5,
+ * 1.75 times 2^k (and their neighbours) up to 64 MiB. */
 #include <malloc.h>
 
 #include "common.h"
@@ -47,9 +47,10 @@ int main(void) {
         one_size(s, MAXN);
 
     for (size_t base = 2048; base <= ((size_t)64 << 20); base <<= 1) {
-        size_t mult[4] = {base, base + base / 4, base + base / 2, base + 3 * base / 4};
+        size_t mult[5] = {base, base + base / 8, base + base / 4, base + base / 2,
+                          base + 3 * base / 4};
         int n = base >= ((size_t)8 << 20) ? 2 : base >= ((size_t)512 << 10) ? 4 : MAXN;
-        for (int m = 0; m < 4; m++) {
+        for (int m = 0; m < 5; m++) {
             if (mult[m] > ((size_t)64 << 20)) break;
             static const long d[] = {-1, 0, 1, -17, -16, -15, 15, 16, 17};
             /* Big blocks: fewer neighbours, to keep the run short. */

@@ -20,7 +20,7 @@ unit-tests: $(UNIT_BINS) $(UNIT_HELPERS)
 $(BUILD)/tests:
 	mkdir -p $@
 
-$(BUILD)/tests/test_%: tests/test_%.c tests/common.h tests/child_stderr.h include/tidemalloc.h $(wildcard src/*.h) | $(BUILD)/tests
+$(BUILD)/tests/test_%: tests/test_%.c tests/common.h tests/child_stderr.h include/tidemalloc.h $(wildcard src/*.h) src/size_class.c | $(BUILD)/tests
 	$(CC) $(UNIT_CFLAGS) $< -o $@ $(UNIT_LDLIBS)
 
 $(BUILD)/tests/test_%: tests/test_%.cc tests/common.h include/tidemalloc.h | $(BUILD)/tests

@@ -1,0 +1,58 @@
+/* The size-class rule (size_class_of in src/internal.h) against the tables
+ * it was generated into (src/size_class.c): every size up to SMALL_MAX gets
+ * the smallest class that holds it, no class wastes a quarter of a request
+ * or more, each class page holds at least 8 blocks in as few slices as can,
+ * and malloc's table for sizes up to 1 KiB agrees with the rule. A power of
+ * two plus a header (sqlite3's 4368 and 1032 bytes) gets the class at 9/8 of
+ * that power. This is the arithmetic itself, compiled from the allocator's
+ * own header; test_size_classes checks the blocks malloc hands out. */
+#include "../src/internal.h"
+#include "../src/size_class.c"
+#include "common.h"
+
+int main(void) {
+    CHECK(g_class_size[0] == 16 && g_class_size[1] == 16);
+    for (unsigned cls = 2; cls < SMALL_CLASS_COUNT; cls++)
+        CHECKF(g_class_size[cls] > g_class_size[cls - 1] && g_class_size[cls] % ALIGNMENT == 0,
+               "class %u: %u after %u", cls, g_class_size[cls], g_class_size[cls - 1]);
+    CHECK(g_class_size[SMALL_CLASS_COUNT - 1] == SMALL_MAX);
+
+    CHECK(size_class_of(0) == 0);
+    for (size_t size = 1; size <= SMALL_MAX; size++) {
+        unsigned cls = size_class_of(size);
+        CHECKF(cls >= 1 && cls < SMALL_CLASS_COUNT, "size %zu: class %u", size, cls);
+        CHECKF(g_class_size[cls] >= size, "size %zu: class %u holds %u", size, cls,
+               g_class_size[cls]);
+        CHECKF(cls == 1 || g_class_size[cls - 1] < size,
+               "size %zu: class %u (%u) where %u holds it", size, cls, g_class_size[cls],
+               g_class_size[cls - 1]);
+        if (size <= 128)
+            CHECKF(g_class_size[cls] - size < 16, "size %zu: class %u (%u)", size, cls,
+                   g_class_size[cls]);
+        else
+            CHECKF((g_class_size[cls] - size) * 4 < size,
+                   "size %zu: class %u (%u) wastes a quarter or more", size, cls,
+                   g_class_size[cls]);
+    }
+    CHECK(g_class_size[size_class_of(4368)] == 4608);
+    CHECK(g_class_size[size_class_of(1032)] == 1152);
+    CHECK(g_class_size[size_class_of(2056)] == 2304);
+    CHECK(g_class_size[size_class_of(8200)] == 9216);
+
+    for (unsigned cls = 1; cls < SMALL_CLASS_COUNT; cls++) {
+        size_t slices = g_class_slices[cls], size = g_class_size[cls];
+        CHECKF(slices >= 1 && slices <= PAGE_MAX_SLICES, "class %u: %zu slices", cls, slices);
+        CHECKF((slices << SLICE_SHIFT) / size >= 8, "class %u (%zu B): %zu blocks a page", cls,
+               size, (slices << SLICE_SHIFT) / size);
+        CHECKF(slices == 1 || ((slices / 2) << SLICE_SHIFT) / size < 8,
+               "class %u (%zu B): %zu slices where %zu hold 8 blocks", cls, size, slices,
+               slices / 2);
+    }
+
+    size_class_table_limit(SMALL_MAX);
+    for (size_t i = 1; i < 65; i++)
+        CHECKF(atomic_load(&g_class_of_small[i]) == size_class_of(i << 4),
+               "fast-path entry %zu: class %u, the rule says %u", i,
+               (unsigned)atomic_load(&g_class_of_small[i]), size_class_of(i << 4));
+    return 0;
+}
