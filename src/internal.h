@@ -172,6 +172,7 @@ void os_advise_huge_pages(void *address, size_t size) INTERNAL; /* hugetlb 1: MA
 void os_segments_init(void) INTERNAL; /* maps the segment map; THP "always": none */
 bool os_segment_map_writable(uintptr_t index) INTERNAL; /* false: no memory */
 void os_advise_segment(void *segment) INTERNAL;         /* a new segment: huge pages or none */
+void os_advise_arena_chunk(void *chunk, size_t size) INTERNAL; /* the same for the arena */
 void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL; /* hugetlb 2+: NULL if not */
 
 /* Slices a large block of `size` bytes takes. */
@@ -474,16 +475,27 @@ void heap_freed_block_check(struct page *page, struct block *b, const char *mess
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
 bool huge_free(void *p) INTERNAL;                                 /* false: not ours */
-void *huge_cache_take_segment(void) INTERNAL;      /* a cached mapping for a new segment, or NULL */
-size_t huge_usable_size(const void *p) INTERNAL;   /* 0: not ours */
-void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
+size_t huge_usable_size(const void *p) INTERNAL;                  /* 0: not ours */
+void *huge_realloc(void *p, size_t size) INTERNAL;                /* NULL: could not, p untouched */
 extern struct spin_lock g_huge_lock INTERNAL;
-bool huge_cache_trim(bool everything, uint32_t now) INTERNAL;
 extern _Atomic uint64_t g_huge_count INTERNAL;
 extern _Atomic uint64_t g_huge_bytes INTERNAL;
 extern _Atomic uint64_t g_huge_max_bytes INTERNAL;
 extern _Atomic uint64_t g_huge_max_count INTERNAL;
-extern _Atomic uint64_t g_huge_cached_bytes INTERNAL;
+
+/* ---- arena.c: blocks over ARENA_MIN and under the mmap threshold ---- */
+/* The next three run under g_huge_lock. arena_take: `size` bytes (page
+ * multiple) or NULL; *dirty_end: the end of its last part that may be
+ * resident (0: all of it reads as zeros). */
+void *arena_take(size_t size, uintptr_t *dirty_end) INTERNAL;
+void arena_give(uintptr_t start, size_t size, bool dirty) INTERNAL;          /* clean: released */
+bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) INTERNAL; /* in place */
+/* Releases free extents idle for the purge delay (all: everything) and
+ * unmaps wholly free chunks; takes the huge lock. True if anything went. */
+bool arena_release(bool everything, uint32_t now) INTERNAL;
+extern _Atomic uint64_t g_arena_dirty_bytes INTERNAL; /* free, maybe resident */
+extern _Atomic uint64_t g_arena_chunk_bytes INTERNAL; /* address space mapped */
+extern _Atomic uint64_t g_arena_used_bytes INTERNAL;  /* in blocks handed out */
 
 /* ---- purge.c ---- */
 void purge_after_free(void) INTERNAL; /* called on slow paths that retained memory */

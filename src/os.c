@@ -392,8 +392,14 @@ void os_segments_init(void) {
 }
 
 void os_advise_segment(void *segment) {
-    os_advise_huge_pages(segment, SEGMENT_SIZE);
-    if (segments_refuse_thp) advise_pages(segment, SEGMENT_SIZE, MADV_NOHUGEPAGE);
+    os_advise_arena_chunk(segment, SEGMENT_SIZE);
+}
+
+/* An arena chunk is carved as a segment is: a huge page would charge a
+ * block of 300 KiB for 2 MiB, so the kernel's "always" is refused too. */
+void os_advise_arena_chunk(void *chunk, size_t size) {
+    os_advise_huge_pages(chunk, size);
+    if (segments_refuse_thp) advise_pages(chunk, size, MADV_NOHUGEPAGE);
 }
 
 /* hugetlb 2 or more: `size` rounded up to whole huge pages, mapped on them if

@@ -28,7 +28,7 @@ static _Atomic uint32_t purger_request;         /* futex word: 1 = work waiting 
 static uint64_t retained_total(void) {
     /* relaxed: a trigger; a slightly stale total only shifts a pass a little. */
     return atomic_load_explicit(&g_retained_bytes, memory_order_relaxed) +
-           atomic_load_explicit(&g_huge_cached_bytes, memory_order_relaxed) +
+           atomic_load_explicit(&g_arena_dirty_bytes, memory_order_relaxed) +
            remote_freed_page_bytes();
 }
 
@@ -65,7 +65,7 @@ static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything, uint6
         released += heap_cache_purge(heap, now, min_age_ms);
     spin_unlock(&g_heaps_lock);
     bool any = released > 0;
-    any |= huge_cache_trim(everything, now);
+    any |= arena_release(everything, now);
     any |= segment_cache_trim(everything, now);
     /* relaxed: statistic */
     if (any) atomic_fetch_add_explicit(&g_os.purge_runs, 1, memory_order_relaxed);
@@ -181,7 +181,8 @@ static bool over_retain_bound(uint32_t now, uint64_t *target) {
     uint64_t retained = atomic_load_explicit(&g_retained_bytes, memory_order_relaxed);
     /* pages: the few a heap caches empty count as in use, a small error */
     uint64_t in_use = atomic_load_explicit(&g_page_slice_bytes, memory_order_relaxed) +
-                      atomic_load_explicit(&g_huge_bytes, memory_order_relaxed);
+                      atomic_load_explicit(&g_huge_bytes, memory_order_relaxed) +
+                      atomic_load_explicit(&g_arena_used_bytes, memory_order_relaxed);
     /* Pages whose every block other threads freed are free memory: retained,
      * not in use. (Only subtracting them from the use left larson's main
      * thread's 4 MiB, freed by the workers while it waits in pthread_join,

@@ -96,22 +96,13 @@ static void *map_segment(size_t size) {
 }
 
 static struct segment *segment_create(void) {
-    /* A cached huge mapping's pages are resident: they serve before new
-     * ones, once the header is cleared; all its slices are then dirty. */
     uint64_t generation = os_unmapping_generation();
-    struct segment *segment = huge_cache_take_segment();
-    bool dirty = segment != NULL;
-    if (dirty) {
-        memset(segment, 0, sizeof *segment);
-        os_advise_segment(segment); /* a cached block's mapping: the kernel's THP default */
-    } else {
-        segment = os_map_segment();
-    }
-    /* memory is short: cached huge mappings hold address space too, and
+    struct segment *segment = os_map_segment();
+    /* memory is short: the arena's free chunks hold address space too, and
      * another thread may be unmapping what it took off a cache: the 4-thread
      * RLIMIT_AS test (`oom mt`) failed 31 runs in 120 on the segments a huge
      * block's trim held, 3 in 120 with the wait */
-    if (segment == NULL && huge_cache_trim(true, 0)) segment = os_map_segment();
+    if (segment == NULL && arena_release(true, 0)) segment = os_map_segment();
     if (segment == NULL) segment = os_map_after_trims(map_segment, SEGMENT_SIZE, generation);
     if (segment == NULL) return NULL;
     if (!os_segment_map_writable((uintptr_t)segment >> SEGMENT_SHIFT)) {
@@ -122,9 +113,8 @@ static struct segment *segment_create(void) {
      * descriptors stay untouched (16 KiB, four OS pages): a slice never part
      * of a page reads zero, whose block test accepts nothing. */
     free_slices_set(segment, ~(uint64_t)1); /* every slice but the header */
-    segment->dirty_slices = dirty ? ~(uint64_t)0 : 1;
+    segment->dirty_slices = 1;
     spin_lock(&g_registry_lock);
-    if (dirty) retained_slices_note(segment->free_slices, true);
     segment->all_next = g_registry;
     if (g_registry) g_registry->all_prev = segment;
     g_registry = segment;

@@ -21,7 +21,7 @@ API void tidemalloc_stats(struct tidemalloc_stats *out) {
     out->mremap_calls = LOAD(g_os.mremap_calls);
     out->bytes_mapped = LOAD(g_os.bytes_mapped);
     out->bytes_retained =
-        LOAD(g_retained_bytes) + LOAD(g_huge_cached_bytes) + remote_freed_page_bytes();
+        LOAD(g_retained_bytes) + LOAD(g_arena_dirty_bytes) + remote_freed_page_bytes();
     out->bytes_released = LOAD(g_os.bytes_released);
     out->purge_runs = LOAD(g_os.purge_runs);
     out->huge_blocks = LOAD(g_huge_count);
@@ -104,14 +104,16 @@ API struct mallinfo2 TM_NAME(mallinfo2)(void) {
     memset(&m, 0, sizeof m);
     struct usage u;
     usage_total(&u, 0, true);
-    m.arena = u.system;
+    uint64_t arena_used = LOAD(g_arena_used_bytes), arena_dirty = LOAD(g_arena_dirty_bytes);
+    /* the arena's resident part: its blocks and its free memory not released */
+    m.arena = u.system + arena_used + arena_dirty;
     m.ordblks = u.blocks_free;
     m.hblks = LOAD(g_huge_count);
     m.hblkhd = LOAD(g_huge_bytes);
     m.usmblks = 0;
-    m.uordblks = u.in_use;
-    m.fordblks = u.free + LOAD(g_huge_cached_bytes);
-    m.keepcost = u.releasable + LOAD(g_huge_cached_bytes);
+    m.uordblks = u.in_use + arena_used;
+    m.fordblks = u.free + arena_dirty;
+    m.keepcost = u.releasable + arena_dirty;
     return m;
 }
 
@@ -167,6 +169,9 @@ API void TM_NAME(malloc_stats)(void) {
         system += u.system;
         in_use += u.in_use;
     }
+    /* the arena (blocks over 256 KiB) counts as a heap's, as glibc's main arena */
+    system += LOAD(g_arena_used_bytes) + LOAD(g_arena_dirty_bytes);
+    in_use += LOAD(g_arena_used_bytes);
     out_string(&out, "Total (incl. mmap):\n");
     out_padded(&out, "system bytes     = ", system + LOAD(g_huge_bytes));
     out_padded(&out, "in use bytes     = ", in_use + LOAD(g_huge_bytes));
@@ -205,6 +210,9 @@ API int TM_NAME(malloc_info)(int options, FILE *fp) {
         total_free += u.free;
         total_free_count += u.blocks_free;
     }
+    /* the arena's free memory kept, and its part of the system's */
+    total_free += LOAD(g_arena_dirty_bytes);
+    total_system += LOAD(g_arena_used_bytes) + LOAD(g_arena_dirty_bytes);
     xml_line(fp, "<total type=\"fast\" count=\"%llu\" size=\"%llu\"/>\n", 0, 0);
     xml_line(fp, "<total type=\"rest\" count=\"%llu\" size=\"%llu\"/>\n", total_free_count,
              total_free);
@@ -250,7 +258,7 @@ void stats_print_at_exit(void) {
     out_string(&out, "tidemalloc: peak RSS ");
     out_unsigned(&out, peak_kib);
     out_string(&out, " KiB, in use ");
-    out_unsigned(&out, u.in_use + s.huge_bytes);
+    out_unsigned(&out, u.in_use + s.huge_bytes + LOAD(g_arena_used_bytes));
     out_string(&out, " bytes, segments ");
     out_unsigned(&out, s.segments);
     out_string(&out, ", huge blocks ");

@@ -2,8 +2,9 @@
  * (abandoned, adopted later) and gives empty ones back. Here an exiting
  * thread owns a segment in use followed by an empty one; two segments of an
  * earlier thread wait, abandoned. Once every block is freed (remotely, from
- * the main thread), one large allocation adopts the abandoned segments and
- * malloc_trim(0) unmaps what is empty: no segment may stay behind. (A bug
+ * the main thread), large allocations adopt the abandoned segments and
+ * malloc_trim(0) unmaps what is empty: no segment may stay behind. (Blocks
+ * of 256 KiB at most: bigger ones come from the arena.) (A bug
  * that unlinked the empty segment from a list whose neighbour was already
  * abandoned cut the abandoned list short: the earlier thread's segments were
  * never adopted, and their memory never came back.) */
@@ -16,10 +17,11 @@
 #define KIB    ((size_t)1 << 10)
 #define SLICE  (64 * KIB)
 #define BLOCKS 64
+#define BIG    (4 * SLICE - 64) /* the largest block a segment serves */
 
 static tm_stats_fn stats;
 static sem_t b_ready, b_go;
-static void *published[2 * BLOCKS + 4];
+static void *published[3 * BLOCKS + 4];
 static unsigned published_count;
 
 static uint64_t segments(void) {
@@ -37,8 +39,9 @@ static void publish(void *p) {
 static void *thread_b(void *unused) {
     (void)unused;
     publish(malloc(100));
-    void *big = malloc(48 * SLICE - 64);
-    if (big == NULL) FAILF("malloc of 3 MiB failed");
+    void *big[12]; /* 48 slices */
+    for (int i = 0; i < 12; i++)
+        if ((big[i] = malloc(BIG)) == NULL) FAILF("malloc of 256 KiB failed");
     /* one-slice large blocks fill the first segment; the one that needs a
      * second segment is freed, which leaves that segment empty but kept */
     uint64_t before = segments();
@@ -52,17 +55,22 @@ static void *thread_b(void *unused) {
         publish(p);
         if (i == BLOCKS - 1) FAILF("no second segment after %d blocks", BLOCKS);
     }
-    free(big); /* the first segment goes back in front of the empty one */
+    for (int i = 0; i < 12; i++)
+        free(big[i]); /* the first segment goes back in front of the empty one */
     sem_post(&b_ready);
     sem_wait(&b_go);
     return NULL;
 }
 
-/* Two segments with a block each, abandoned at exit. */
+/* Two segments with blocks, abandoned at exit. */
 static void *thread_a(void *unused) {
     (void)unused;
-    publish(malloc(48 * SLICE - 64));
-    publish(malloc(48 * SLICE - 64));
+    publish(malloc(BIG));
+    uint64_t first = segments();
+    for (int i = 0; segments() == first; i++) {
+        if (i == BLOCKS) FAILF("no second segment after %d blocks", BLOCKS);
+        publish(malloc(BIG));
+    }
     return NULL;
 }
 
@@ -86,9 +94,12 @@ int main(void) {
 
     for (unsigned i = 0; i < published_count; i++)
         free(published[i]);
-    void *whole = malloc(63 * SLICE - 64); /* a whole segment: adopts the abandoned ones */
-    CHECK(whole != NULL);
-    free(whole);
+    /* more blocks than the main thread's segment holds: adopts the abandoned ones */
+    void *many[4 * 16];
+    for (int i = 0; i < 4 * 16; i++)
+        CHECK((many[i] = malloc(BIG)) != NULL);
+    for (int i = 0; i < 4 * 16; i++)
+        free(many[i]);
     malloc_trim(0);
     uint64_t after = segments();
     CHECKF(after <= baseline, "%llu segments after everything was freed and trimmed, %llu before",

@@ -157,11 +157,21 @@ static void case_freed_large_tail(void) {
 
 static void case_shrunk_large_tail(void) {
     mallopt(M_MMAP_THRESHOLD, 8 << 20);
-    char *p = malloc(600000);
-    memset(p, 0, 600000);
-    char *q = realloc(p, 100000);
+    char *p = malloc(250000); /* 4 slices: a segment's largest block */
+    memset(p, 0, 250000);
+    char *q = realloc(p, 70000);
     if (q != p) _exit(3); /* the shrink was to stay in place */
-    free(launder(q + 393216));
+    free(launder(q + 196608));
+}
+
+/* The same for a block of the arena (over 256 KiB, under the threshold). */
+static void case_shrunk_arena_tail(void) {
+    mallopt(M_MMAP_THRESHOLD, 8 << 20);
+    char *p = malloc(3 << 20);
+    memset(p, 0, 3 << 20);
+    char *q = realloc(p, 1 << 20);
+    if (q != p) _exit(3); /* the shrink was to stay in place */
+    free(launder(q + (2 << 20)));
 }
 
 static void case_realloc_freed(void) {
@@ -347,6 +357,7 @@ static const struct {
     {"free of a pointer into a never-used slice", case_unused_slice, 1, "free(): "},
     {"free into a freed large block's later slice", case_freed_large_tail, 1, "free(): "},
     {"free into the slices a realloc shrink gave back", case_shrunk_large_tail, 1, "free(): "},
+    {"free into the tail an arena block's shrink gave back", case_shrunk_arena_tail, 1, "free(): "},
     {"realloc of a freed block", case_realloc_freed, 1, "realloc(): "},
     {"realloc of a freed block to its size", case_realloc_freed_same_size, 1, "realloc(): "},
     {"realloc of a freed block to a smaller size", case_realloc_freed_shrink, 1, "realloc(): "},

@@ -1,8 +1,9 @@
-/* realloc of a large block (64 KiB .. 4 MiB, served from slices) by the
+/* realloc of a large block (32 .. 256 KiB, served from slices) by the
  * thread that owns it shrinks it in place, giving back the slices past its
  * new size (a mapped block gives back its pages), and grows it in place when
  * the slices right after it are free, and moves it otherwise: when a neighbour holds them, when the
- * block outgrows the slices (huge), or when another thread reallocs it. The contents survive every
+ * block outgrows the slices (to the arena, where it grows in place again), or when another thread
+ * reallocs it. The contents survive every
  * way, a neighbour is never overwritten, and a pointer into the grown part is still no block start
  * (free aborts). Growth in place and the abort are asserted for tidemalloc only
  * (TEST_EXPECT_TIDEMALLOC=1); with another allocator the content checks run. */
@@ -60,16 +61,19 @@ static void expect_interior_free_aborts(char *block, size_t offset) {
 }
 
 /* Nothing freed yet: a large block takes the lowest free slices, and those
- * after it are free, so it grows where it is, twice. */
+ * after it are free, so it grows where it is; past the slices' limit it
+ * moves to the arena, where the space after it is free, so it grows where
+ * it is again. */
 static char *grow_twice_in_place(int tidemalloc) {
-    char *p = malloc(200 * KB);
+    char *p = malloc(100 * KB);
     CHECK(p != NULL);
-    pat_fill_k(p, 200 * KB, 1);
-    char *q = grow(p, 200 * KB, 600 * KB, 1);
+    pat_fill_k(p, 100 * KB, 1);
+    char *q = grow(p, 100 * KB, 250 * KB, 1);
     if (tidemalloc)
-        CHECKF(q == p, "200 KiB -> 600 KiB moved (%p -> %p) with free slices after it", p, q);
-    char *r = grow(q, 600 * KB, 1500 * KB, 1);
-    if (tidemalloc) CHECKF(r == q, "600 KiB -> 1.5 MiB moved (%p -> %p)", q, r);
+        CHECKF(q == p, "100 KiB -> 250 KiB moved (%p -> %p) with free slices after it", p, q);
+    char *arena = grow(q, 250 * KB, 600 * KB, 1);
+    char *r = grow(arena, 600 * KB, 1500 * KB, 1);
+    if (tidemalloc) CHECKF(r == arena, "600 KiB -> 1.5 MiB moved (%p -> %p)", arena, r);
     return r;
 }
 
@@ -104,8 +108,8 @@ int main(void) {
     a = grow(a, 200 * KB, 400 * KB, 2);
     CHECKF(pat_check_k(b, 100 * KB, 3) == (size_t)-1, "growing a block overwrote its neighbour");
 
-    /* Out of the slices' range: becomes a huge block, contents kept. */
-    r = grow(r, 1500 * KB, 6 * MB, 1);
+    /* Out of the arena's range (over the threshold): mapped, contents kept. */
+    r = grow(r, 1500 * KB, 20 * MB, 1);
 
     /* Another thread reallocs a block this thread owns. */
     struct handoff h = {malloc(300 * KB), 300 * KB};

@@ -1,0 +1,302 @@
+/* The arena: one pool for every block too big for a segment's slices pool
+ * (over ARENA_MIN) and under the mmap threshold. Chunks of address space are
+ * mapped once and carved at page granularity; a freed block goes back to the
+ * free extents, coalesced with its neighbours, and stays resident ("dirty")
+ * until the release policy gives it back. A block then grows into the free
+ * extent after it without a copy or a move, and a new block takes resident
+ * memory that a freed one of another size left, best fit.
+ *
+ * Why not a mapping per block with a cache of freed mappings (what this
+ * replaced): a mapping that fits exactly is rare, so blocks either took a
+ * fresh mapping (every page a fault) or had a cached one grown or moved with
+ * mremap, and on a host with shadow page tables a page that mremap moved
+ * costs microseconds at its next write. `large`: 1.26 -> 0.78 s, peak RSS
+ * 104.4 -> 89.7 MiB, faults 60k -> 45k (docs/benchmarks.md, 24th session).
+ *
+ * Everything here runs under g_huge_lock, which fork takes, except the
+ * system calls of a release, made on extents taken off the list first. */
+#define _GNU_SOURCE
+#include <string.h>
+#include <sys/uio.h>
+
+#include "internal.h"
+
+/* A chunk: address space the arena carves. Blocks never span two chunks
+ * (two may lie side by side), so a chunk that is wholly free can go back. */
+struct arena_chunk {
+    uintptr_t base; /* 0: empty slot */
+    size_t size;    /* bytes mapped */
+};
+
+/* A free extent. Invariants: extents are sorted by start, never overlap, lie
+ * within their chunk; two adjacent extents of one chunk differ in `dirty`
+ * (those that agree are merged). */
+struct arena_extent {
+    uintptr_t start;   /* page aligned */
+    size_t size;       /* a multiple of the page size, > 0 */
+    uint32_t freed_ms; /* when the newest part was freed (dirty extents) */
+    uint16_t chunk;    /* index in chunks[] */
+    bool dirty;        /* may hold resident pages: counted in g_arena_dirty_bytes */
+};
+
+/* Address space, not memory (NORESERVE). 64 MiB chunks left `large` (blocks
+ * up to 8 MiB, grown by realloc) at 131 MiB of peak RSS against 89.8 with
+ * 256 MiB: blocks cannot span chunks, so smaller ones fragment. */
+#define ARENA_CHUNK_SIZE  ((size_t)256 << 20)
+#define ARENA_CHUNK_MIN   ((size_t)16 << 20) /* smallest tried when address space is short */
+#define ARENA_CHUNKS_MAX  256
+#define ARENA_EXTENTS_MAX 1024
+#define RELEASE_BATCH     32 /* extents released per round of system calls */
+
+static struct arena_chunk chunks[ARENA_CHUNKS_MAX];    /* huge lock */
+static unsigned chunk_slots_used;                      /* huge lock; slots below it may be in use */
+static struct arena_extent extents[ARENA_EXTENTS_MAX]; /* huge lock; sorted */
+static unsigned extent_count;                          /* huge lock */
+_Atomic uint64_t g_arena_dirty_bytes;                  /* bytes of dirty extents */
+_Atomic uint64_t g_arena_chunk_bytes;                  /* bytes of chunks mapped */
+_Atomic uint64_t g_arena_used_bytes;                   /* bytes in blocks handed out */
+
+static void used_bytes_add(size_t bytes, bool add) {
+    /* relaxed: a statistic; the huge lock orders the list */
+    if (add)
+        atomic_fetch_add_explicit(&g_arena_used_bytes, bytes, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&g_arena_used_bytes, bytes, memory_order_relaxed);
+}
+
+static void dirty_bytes_add(size_t bytes, bool add) {
+    /* relaxed: a statistic and a purge trigger; the huge lock orders the list */
+    if (add)
+        atomic_fetch_add_explicit(&g_arena_dirty_bytes, bytes, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(&g_arena_dirty_bytes, bytes, memory_order_relaxed);
+}
+
+/* The first extent that starts at or after `address`. */
+static unsigned extent_index_from(uintptr_t address) {
+    unsigned low = 0, high = extent_count;
+    while (low < high) {
+        unsigned mid = (low + high) / 2;
+        if (extents[mid].start < address)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    return low;
+}
+
+/* Shifts by hand: libc's memmove would be one more import to map (tests/suite-static.sh). */
+static void extent_remove(unsigned i) {
+    for (; i + 1 < extent_count; i++)
+        extents[i] = extents[i + 1];
+    extent_count--;
+}
+
+/* Whether extent i is followed, without a gap, by extent i + 1 of its chunk. */
+static bool extent_joins_next(unsigned i) {
+    return i + 1 < extent_count && extents[i + 1].chunk == extents[i].chunk &&
+           extents[i].start + extents[i].size == extents[i + 1].start;
+}
+
+/* Adds a free range (not on the list) of chunk `chunk`, merging it with
+ * neighbours in the same state. False: the list is full (the caller keeps
+ * the range). */
+static bool extent_insert(uintptr_t start, size_t size, uint16_t chunk, bool dirty, uint32_t now) {
+    unsigned i = extent_index_from(start);
+    bool joins_previous = i > 0 && extents[i - 1].chunk == chunk && extents[i - 1].dirty == dirty &&
+                          extents[i - 1].start + extents[i - 1].size == start;
+    bool joins_next = i < extent_count && extents[i].chunk == chunk && extents[i].dirty == dirty &&
+                      start + size == extents[i].start;
+    if (joins_previous) {
+        extents[i - 1].size += size;
+        extents[i - 1].freed_ms = now;
+        if (joins_next) {
+            extents[i - 1].size += extents[i].size;
+            extent_remove(i);
+        }
+    } else if (joins_next) {
+        extents[i].start = start;
+        extents[i].size += size;
+        extents[i].freed_ms = now;
+    } else {
+        if (extent_count == ARENA_EXTENTS_MAX) return false;
+        for (unsigned j = extent_count; j > i; j--)
+            extents[j] = extents[j - 1];
+        extent_count++;
+        extents[i] = (struct arena_extent){start, size, now, chunk, dirty};
+    }
+    if (dirty) dirty_bytes_add(size, true);
+    return true;
+}
+
+/* Takes `size` bytes from the run of adjacent extents that starts at extent
+ * i (the caller checked that it is long enough). *dirty_end: the end of the
+ * last dirty part taken (0: all of it was clean, so it reads as zeros). */
+static void run_carve(unsigned i, size_t size, uintptr_t *dirty_end) {
+    *dirty_end = 0;
+    while (size) {
+        struct arena_extent *e = &extents[i];
+        size_t take = e->size < size ? e->size : size;
+        if (e->dirty) {
+            dirty_bytes_add(take, false);
+            *dirty_end = e->start + take;
+        }
+        e->start += take;
+        e->size -= take;
+        size -= take;
+        if (e->size == 0) extent_remove(i); /* the next extent is now at i */
+    }
+}
+
+/* Bytes of the run of adjacent extents that starts at extent i. */
+static size_t run_bytes(unsigned i, unsigned *after) {
+    size_t bytes = extents[i].size;
+    while (extent_joins_next(i)) {
+        i++;
+        bytes += extents[i].size;
+    }
+    *after = i + 1;
+    return bytes;
+}
+
+/* Maps a chunk for a request of `size` bytes: a standard one, or one of the
+ * request's size for a request over half of that. Only that one is charged
+ * to the commit, as a mapping of glibc's is, so an impossible request still
+ * fails under the kernel's overcommit heuristic. False: no address space. */
+static bool chunk_add(size_t size) {
+    int slot = -1;
+    for (int i = 0; i < ARENA_CHUNKS_MAX && slot < 0; i++)
+        if (chunks[i].base == 0) slot = i;
+    if (slot < 0 || extent_count == ARENA_EXTENTS_MAX) return false;
+    /* Address space short (RLIMIT_AS): halve the chunk down to 16 MiB, then
+     * one of the request's size. */
+    size_t chunk_size = ARENA_CHUNK_SIZE;
+    void *base = NULL;
+    for (; base == NULL && chunk_size >= ARENA_CHUNK_MIN && chunk_size / 2 >= size; chunk_size /= 2)
+        base = os_map(chunk_size);
+    if (base) {
+        chunk_size *= 2; /* the loop halved it once more */
+    } else {
+        chunk_size = size;
+        base = os_map_block(size);
+    }
+    if (base == NULL) return false;
+    os_advise_arena_chunk(base, chunk_size);
+    chunks[slot] = (struct arena_chunk){(uintptr_t)base, chunk_size};
+    if ((unsigned)slot >= chunk_slots_used) chunk_slots_used = (unsigned)slot + 1;
+    /* relaxed: a statistic */
+    atomic_fetch_add_explicit(&g_arena_chunk_bytes, chunk_size, memory_order_relaxed);
+    extent_insert((uintptr_t)base, chunk_size, (uint16_t)slot, false, 0);
+    return true;
+}
+
+void *arena_take(size_t size, uintptr_t *dirty_end) {
+    for (int attempt = 0; attempt < 2; attempt++) {
+        unsigned best = 0;
+        size_t best_bytes = 0;
+        for (unsigned i = 0, next; i < extent_count; i = next) {
+            size_t bytes = run_bytes(i, &next);
+            if (bytes >= size && (best_bytes == 0 || bytes < best_bytes)) {
+                best = i;
+                best_bytes = bytes;
+            }
+        }
+        if (best_bytes) {
+            uintptr_t start = extents[best].start;
+            run_carve(best, size, dirty_end);
+            used_bytes_add(size, true);
+            return (void *)start;
+        }
+        if (!chunk_add(size)) return NULL;
+    }
+    return NULL;
+}
+
+static uint16_t chunk_of(uintptr_t address) {
+    for (unsigned i = 0; i < chunk_slots_used; i++)
+        if (address - chunks[i].base < chunks[i].size) return (uint16_t)i;
+    fatal_error("free(): arena block outside the arena");
+}
+
+void arena_give(uintptr_t start, size_t size, bool dirty) {
+    used_bytes_add(size, false);
+    if (!extent_insert(start, size, chunk_of(start), dirty, clock_ms()) && dirty)
+        os_release((void *)start, size); /* the list is full: the range stays out of use */
+}
+
+bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) {
+    unsigned i = extent_index_from(start + old_size);
+    if (i == extent_count || extents[i].start != start + old_size ||
+        extents[i].chunk != chunk_of(start))
+        return false;
+    unsigned after;
+    if (run_bytes(i, &after) < new_size - old_size) return false;
+    uintptr_t dirty_end;
+    run_carve(i, new_size - old_size, &dirty_end);
+    used_bytes_add(new_size - old_size, true);
+    return true;
+}
+
+/* Unmaps the chunks that are one clean extent from end to end (huge lock
+ * held; taken again around each munmap). */
+static void chunks_unmap_free(void) {
+    for (unsigned i = 0; i < extent_count;) {
+        struct arena_extent e = extents[i];
+        struct arena_chunk c = chunks[e.chunk];
+        if (e.dirty || e.start != c.base || e.size != c.size) {
+            i++;
+            continue;
+        }
+        extent_remove(i);
+        chunks[e.chunk].base = 0;
+        spin_unlock(&g_huge_lock);
+        os_unmap((void *)c.base, c.size);
+        /* relaxed: a statistic */
+        atomic_fetch_sub_explicit(&g_arena_chunk_bytes, c.size, memory_order_relaxed);
+        spin_lock(&g_huge_lock);
+        i = 0; /* the list may have changed while unlocked */
+    }
+}
+
+bool arena_release(bool everything, uint32_t now) {
+    bool released = false;
+    os_unmapping_begin();
+    spin_lock(&g_huge_lock);
+    for (;;) {
+        /* Off the list while the kernel releases them, so no block is
+         * carved from a range being zeroed. */
+        struct iovec ranges[RELEASE_BATCH];
+        uint16_t owner[RELEASE_BATCH];
+        unsigned count = 0;
+        for (unsigned i = 0; i < extent_count && count < RELEASE_BATCH;) {
+            struct arena_extent *e = &extents[i];
+            if (!e->dirty ||
+                (!everything && (uint32_t)(now - e->freed_ms) < OPTION(purge_delay_ms))) {
+                i++;
+                continue;
+            }
+            ranges[count] = (struct iovec){(void *)e->start, e->size};
+            owner[count++] = e->chunk;
+            dirty_bytes_add(e->size, false);
+            extent_remove(i);
+        }
+        if (count == 0) break;
+        spin_unlock(&g_huge_lock);
+        uint64_t went = os_release_ranges(ranges, count);
+        spin_lock(&g_huge_lock);
+        for (unsigned k = 0; k < count; k++) {
+            bool clean = went >> k & 1;
+            released |= clean;
+            /* a range the list has no room for stays out of use, released */
+            if (!extent_insert((uintptr_t)ranges[k].iov_base, ranges[k].iov_len, owner[k], !clean,
+                               now) &&
+                !clean)
+                os_release(ranges[k].iov_base, ranges[k].iov_len);
+        }
+        if (count < RELEASE_BATCH || went == 0) break;
+    }
+    chunks_unmap_free();
+    spin_unlock(&g_huge_lock);
+    os_unmapping_end();
+    return released;
+}
