@@ -4,7 +4,8 @@
  * free extents, coalesced with its neighbours, and stays resident ("dirty")
  * until the release policy gives it back. A block then grows into the free
  * extent after it without a copy or a move, and a new block takes resident
- * memory that a freed one of another size left, best fit.
+ * memory that a freed one of another size left, best fit, from its thread's
+ * own chunk first.
  *
  * Why not a mapping per block with a cache of freed mappings (what this
  * replaced): a mapping that fits exactly is rare, so blocks either took a
@@ -24,8 +25,10 @@
 /* A chunk: address space the arena carves. Blocks never span two chunks
  * (two may lie side by side), so a chunk that is wholly free can go back. */
 struct arena_chunk {
-    uintptr_t base; /* 0: empty slot */
-    size_t size;    /* bytes mapped */
+    uintptr_t base;       /* 0: empty slot */
+    size_t size;          /* bytes mapped */
+    struct heap *home_of; /* the thread heap that carves here first, or NULL
+                             (invariant: home_of->arena_home is this slot + 1) */
 };
 
 /* A free extent. Invariants: extents are sorted by start, never overlap, lie
@@ -162,12 +165,13 @@ static size_t run_bytes(unsigned i, unsigned *after) {
 /* Maps a chunk for a request of `size` bytes: a standard one, or one of the
  * request's size for a request over half of that. Only that one is charged
  * to the commit, as a mapping of glibc's is, so an impossible request still
- * fails under the kernel's overcommit heuristic. False: no address space. */
-static bool chunk_add(size_t size) {
+ * fails under the kernel's overcommit heuristic. Returns its slot, -1: no
+ * address space. */
+static int chunk_add(size_t size) {
     int slot = -1;
     for (int i = 0; i < ARENA_CHUNKS_MAX && slot < 0; i++)
         if (chunks[i].base == 0) slot = i;
-    if (slot < 0 || extent_count == ARENA_EXTENTS_MAX) return false;
+    if (slot < 0 || extent_count == ARENA_EXTENTS_MAX) return -1;
     /* Address space short (RLIMIT_AS): halve the chunk down to 16 MiB, then
      * one of the request's size. */
     size_t chunk_size = ARENA_CHUNK_SIZE;
@@ -180,36 +184,73 @@ static bool chunk_add(size_t size) {
         chunk_size = size;
         base = os_map_block(size);
     }
-    if (base == NULL) return false;
+    if (base == NULL) return -1;
     os_advise_arena_chunk(base, chunk_size);
-    chunks[slot] = (struct arena_chunk){(uintptr_t)base, chunk_size};
+    chunks[slot] = (struct arena_chunk){(uintptr_t)base, chunk_size, NULL};
     if ((unsigned)slot >= chunk_slots_used) chunk_slots_used = (unsigned)slot + 1;
     /* relaxed: a statistic */
     atomic_fetch_add_explicit(&g_arena_chunk_bytes, chunk_size, memory_order_relaxed);
     extent_insert((uintptr_t)base, chunk_size, (uint16_t)slot, false, 0);
-    return true;
+    return slot;
 }
 
-void *arena_take(size_t size, uintptr_t *dirty_end) {
-    for (int attempt = 0; attempt < 2; attempt++) {
-        unsigned best = 0;
-        size_t best_bytes = 0;
-        for (unsigned i = 0, next; i < extent_count; i = next) {
-            size_t bytes = run_bytes(i, &next);
-            if (bytes >= size && (best_bytes == 0 || bytes < best_bytes)) {
-                best = i;
-                best_bytes = bytes;
-            }
+#define CHUNK_UNOWNED (-1) /* run_best: chunks that are no thread's home */
+#define CHUNK_ANY     (-2)
+
+/* The smallest run of at least `size` bytes in chunk `want` (or the kind
+ * above); true and its first extent in *best if there is one. */
+static bool run_best(size_t size, int want, unsigned *best) {
+    size_t best_bytes = 0;
+    for (unsigned i = 0, next; i < extent_count; i = next) {
+        size_t bytes = run_bytes(i, &next);
+        int chunk = extents[i].chunk;
+        bool eligible = want == CHUNK_ANY || chunk == want ||
+                        (want == CHUNK_UNOWNED && chunks[chunk].home_of == NULL);
+        if (eligible && bytes >= size && (best_bytes == 0 || bytes < best_bytes)) {
+            *best = i;
+            best_bytes = bytes;
         }
-        if (best_bytes) {
-            uintptr_t start = extents[best].start;
-            run_carve(best, size, dirty_end);
-            used_bytes_add(size, true);
-            return (void *)start;
-        }
-        if (!chunk_add(size)) return NULL;
     }
-    return NULL;
+    return best_bytes != 0;
+}
+
+static void chunk_make_home(int slot, struct heap *heap) {
+    if (heap->arena_home) chunks[heap->arena_home - 1].home_of = NULL;
+    chunks[slot].home_of = heap;
+    heap->arena_home = (uint16_t)(slot + 1);
+}
+
+/* Each thread carves its own chunk first (its "home"), then chunks that are
+ * no thread's home, then a new chunk, then any: a block freed by the thread
+ * that allocates next is in its cache still, where another thread's is not
+ * (ebizzy, 2 threads of 192 KiB-1 MiB buffers: 101k records/s with one
+ * shared pool against 127-131k with homes or per-thread segments). */
+void *arena_take(size_t size, uintptr_t *dirty_end, struct heap *heap) {
+    bool can_own = heap != &g_empty_heap; /* not a thread past its exit */
+    int home = can_own ? (int)heap->arena_home - 1 : -1;
+    unsigned best = 0;
+    bool found = home >= 0 && run_best(size, home, &best);
+    if (!found && run_best(size, CHUNK_UNOWNED, &best)) {
+        found = true;
+        if (home < 0 && can_own) chunk_make_home(extents[best].chunk, heap);
+    }
+    if (!found) {
+        int slot = chunk_add(size);
+        if (slot >= 0) {
+            if (can_own) chunk_make_home(slot, heap);
+            found = run_best(size, slot, &best);
+        }
+    }
+    if (!found && !run_best(size, CHUNK_ANY, &best)) return NULL;
+    uintptr_t start = extents[best].start;
+    run_carve(best, size, dirty_end);
+    used_bytes_add(size, true);
+    return (void *)start;
+}
+
+void arena_disown(struct heap *heap) {
+    if (heap->arena_home) chunks[heap->arena_home - 1].home_of = NULL;
+    heap->arena_home = 0;
 }
 
 static uint16_t chunk_of(uintptr_t address) {
@@ -248,6 +289,7 @@ static void chunks_unmap_free(void) {
             continue;
         }
         extent_remove(i);
+        if (c.home_of) arena_disown(c.home_of);
         chunks[e.chunk].base = 0;
         spin_unlock(&g_huge_lock);
         os_unmap((void *)c.base, c.size);

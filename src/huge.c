@@ -134,7 +134,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     hugetlb = base != 0;
     if (base == 0 && retain_on_free) {
         spin_lock(&g_huge_lock);
-        base = (uintptr_t)arena_take(map_size, &dirty_end);
+        base = (uintptr_t)arena_take(map_size, &dirty_end, t_heap);
         spin_unlock(&g_huge_lock);
         in_arena = base != 0;
     }

@@ -484,10 +484,11 @@ extern _Atomic uint64_t g_huge_max_bytes INTERNAL;
 extern _Atomic uint64_t g_huge_max_count INTERNAL;
 
 /* ---- arena.c: blocks over ARENA_MIN and under the mmap threshold ---- */
-/* The next three run under g_huge_lock. arena_take: `size` bytes (page
- * multiple) or NULL; *dirty_end: the end of its last part that may be
- * resident (0: all of it reads as zeros). */
-void *arena_take(size_t size, uintptr_t *dirty_end) INTERNAL;
+/* The next four run under g_huge_lock. arena_take: `size` bytes (page
+ * multiple) for the thread of `heap`, or NULL; *dirty_end: the end of its
+ * last part that may be resident (0: all of it reads as zeros). */
+void *arena_take(size_t size, uintptr_t *dirty_end, struct heap *heap) INTERNAL;
+void arena_disown(struct heap *heap) INTERNAL; /* its thread exits (huge lock, or a fork child) */
 void arena_give(uintptr_t start, size_t size, bool dirty) INTERNAL;          /* clean: released */
 bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) INTERNAL; /* in place */
 /* Releases free extents idle for the purge delay (all: everything) and

@@ -173,6 +173,7 @@ struct heap {
         uint8_t clean;     /* a purger released its memory: reads as zero */
     } page_cache[8];       /* cache lock: recently emptied pages, oldest first */
     uint8_t exiting;       /* thread-exit destructor has run once */
+    uint16_t arena_home;   /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in
      * batches"): a slot per descriptor index, so a slot holds one page's

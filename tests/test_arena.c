@@ -4,9 +4,12 @@
  * after it and shrinks by giving its tail back, with no mremap; malloc_trim
  * gives the free memory back. Then random sizes, reallocs and frees, each
  * block's pages stamped and checked, catch a block handed out twice.
+ * Threads carve their own chunks and hand blocks to each other.
  * Asserted for tidemalloc only (TEST_EXPECT_TIDEMALLOC=1); with another
  * allocator the content checks run. */
 #include <malloc.h>
+#include <pthread.h>
+#include <stdatomic.h>
 
 #include "common.h"
 
@@ -32,6 +35,51 @@ static size_t stamp_check(const unsigned char *p, size_t n, uint64_t key) {
         if (v != (key ^ i)) return i;
     }
     return (size_t)-1;
+}
+
+/* Threads: each carves its own chunk first; blocks also go to another
+ * thread through a shared slot and are freed there; threads exit while
+ * their chunk still holds blocks another thread frees later. */
+#define THREADS 4
+static _Atomic(unsigned char *) exchange[THREADS];
+
+static void *thread_steps(void *arg) {
+    unsigned id = (unsigned)(uintptr_t)arg;
+    uint64_t rng = 0x9E3779B97F4A7C15ull * (id + 1);
+    unsigned char *mine[4] = {0};
+    size_t mine_size[4] = {0};
+    for (int step = 0; step < 400; step++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        int i = (int)(rng % 4);
+        size_t n = 256 * KB + (size_t)(rng >> 20) % (3 * MB);
+        if (mine[i]) {
+            CHECKF(stamp_check(mine[i], mine_size[i], 1000 + id) == (size_t)-1,
+                   "thread %u: block changed", id);
+            /* half go to the next thread's slot (its previous one is freed here) */
+            if (rng >> 63) {
+                unsigned to = (id + 1) % THREADS;
+                stamp(mine[i], mine_size[i], 2000 + to);
+                unsigned char *old = atomic_exchange(&exchange[to], mine[i]);
+                if (old) free(old);
+            } else {
+                free(mine[i]);
+            }
+        }
+        mine[i] = malloc(n);
+        CHECK(mine[i] != NULL);
+        mine_size[i] = n;
+        stamp(mine[i], n, 1000 + id);
+        unsigned char *given = atomic_exchange(&exchange[id], NULL);
+        if (given) {
+            /* its size stayed with the giver: the first page is enough */
+            CHECKF(stamp_check(given, 4096, 2000 + id) == (size_t)-1,
+                   "thread %u: a block handed over changed", id);
+            free(given);
+        }
+    }
+    for (int i = 0; i < 4; i++)
+        free(mine[i]);
+    return NULL;
 }
 
 int main(void) {
@@ -135,6 +183,13 @@ int main(void) {
         if (slot[i]) CHECK(stamp_check(slot[i], size[i], (uint64_t)i) == (size_t)-1);
         free(slot[i]);
     }
+    pthread_t t[THREADS];
+    for (unsigned i = 0; i < THREADS; i++)
+        CHECK(pthread_create(&t[i], NULL, thread_steps, (void *)(uintptr_t)i) == 0);
+    for (unsigned i = 0; i < THREADS; i++)
+        CHECK(pthread_join(t[i], NULL) == 0);
+    for (unsigned i = 0; i < THREADS; i++)
+        free(atomic_exchange(&exchange[i], NULL));
     malloc_trim(0);
     if (fn) {
         struct tidemalloc_stats end = stats_now(fn);
