@@ -155,10 +155,8 @@ bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
 uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) INTERNAL;
 void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
 /* A block mapped on its own, charged to the commit as glibc's are (the
- * kernel's overcommit policy may refuse it); the second starts on a segment
- * boundary. NULL on failure. */
+ * kernel's overcommit policy may refuse it). NULL on failure. */
 void *os_map_block(size_t size) INTERNAL;
-void *os_map_block_aligned(size_t size) INTERNAL;
 void *os_map_segment(void) INTERNAL; /* SEGMENT_SIZE-aligned, NULL on failure */
 bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 uint64_t os_thread_run_wait_ns(void) INTERNAL;             /* runnable, not running: 0 if unknown */

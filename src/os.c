@@ -86,10 +86,6 @@ static void *map_aligned(size_t size, int flags) {
     return aligned;
 }
 
-void *os_map_block_aligned(size_t size) {
-    return map_aligned(size, 0);
-}
-
 void os_unmap(void *address, size_t size) {
     COUNT(munmap_calls, 1);
     raw_munmap(address, size);
