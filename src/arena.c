@@ -56,24 +56,17 @@ static unsigned chunk_slots_used;                      /* huge lock; slots below
 static struct arena_extent extents[ARENA_EXTENTS_MAX]; /* huge lock; sorted */
 static unsigned extent_count;                          /* huge lock */
 _Atomic uint64_t g_arena_dirty_bytes;                  /* bytes of dirty extents */
-_Atomic uint64_t g_arena_chunk_bytes;                  /* bytes of chunks mapped */
 _Atomic uint64_t g_arena_used_bytes;                   /* bytes in blocks handed out */
 
-static void used_bytes_add(size_t bytes, bool add) {
-    /* relaxed: a statistic; the huge lock orders the list */
+static void counter_add(_Atomic uint64_t *counter, size_t bytes, bool add) {
+    /* relaxed: statistics and a purge trigger; the huge lock orders the list */
     if (add)
-        atomic_fetch_add_explicit(&g_arena_used_bytes, bytes, memory_order_relaxed);
+        atomic_fetch_add_explicit(counter, bytes, memory_order_relaxed);
     else
-        atomic_fetch_sub_explicit(&g_arena_used_bytes, bytes, memory_order_relaxed);
+        atomic_fetch_sub_explicit(counter, bytes, memory_order_relaxed);
 }
-
-static void dirty_bytes_add(size_t bytes, bool add) {
-    /* relaxed: a statistic and a purge trigger; the huge lock orders the list */
-    if (add)
-        atomic_fetch_add_explicit(&g_arena_dirty_bytes, bytes, memory_order_relaxed);
-    else
-        atomic_fetch_sub_explicit(&g_arena_dirty_bytes, bytes, memory_order_relaxed);
-}
+#define used_bytes_add(bytes, add)  counter_add(&g_arena_used_bytes, bytes, add)
+#define dirty_bytes_add(bytes, add) counter_add(&g_arena_dirty_bytes, bytes, add)
 
 /* The first extent that starts at or after `address`. */
 static unsigned extent_index_from(uintptr_t address) {
@@ -188,8 +181,6 @@ static int chunk_add(size_t size) {
     os_advise_arena_chunk(base, chunk_size);
     chunks[slot] = (struct arena_chunk){(uintptr_t)base, chunk_size, NULL};
     if ((unsigned)slot >= chunk_slots_used) chunk_slots_used = (unsigned)slot + 1;
-    /* relaxed: a statistic */
-    atomic_fetch_add_explicit(&g_arena_chunk_bytes, chunk_size, memory_order_relaxed);
     extent_insert((uintptr_t)base, chunk_size, (uint16_t)slot, false, 0);
     return slot;
 }
@@ -293,8 +284,6 @@ static void chunks_unmap_free(void) {
         chunks[e.chunk].base = 0;
         spin_unlock(&g_huge_lock);
         os_unmap((void *)c.base, c.size);
-        /* relaxed: a statistic */
-        atomic_fetch_sub_explicit(&g_arena_chunk_bytes, c.size, memory_order_relaxed);
         spin_lock(&g_huge_lock);
         i = 0; /* the list may have changed while unlocked */
     }

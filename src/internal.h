@@ -493,7 +493,6 @@ bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) INTERNAL; /* 
  * unmaps wholly free chunks; takes the huge lock. True if anything went. */
 bool arena_release(bool everything, uint32_t now) INTERNAL;
 extern _Atomic uint64_t g_arena_dirty_bytes INTERNAL; /* free, maybe resident */
-extern _Atomic uint64_t g_arena_chunk_bytes INTERNAL; /* address space mapped */
 extern _Atomic uint64_t g_arena_used_bytes INTERNAL;  /* in blocks handed out */
 
 /* ---- purge.c ---- */
