@@ -272,6 +272,23 @@ static inline uint64_t block_offset_inverse(size_t block_size) {
 static inline bool block_offset_valid(uintptr_t offset, uint64_t inverse) {
     return (uint64_t)offset * inverse < inverse;
 }
+/* The same test for p on the descriptor of the slice it falls in (a copy of
+ * its page's start and inverse): true if p is no block start. In asm so that
+ * both fields are memory operands of the subtract, multiply and compare: five
+ * instructions in free where gcc made seven of the C form (two register
+ * copies of the slice's address and the inverse); `churn 1`: 234.7 M ->
+ * 230.7 M instructions. tests/test_block_test.c checks it against the C form
+ * and the truth. */
+static inline bool block_start_invalid(const void *p, const struct page *slice) {
+    uintptr_t product = (uintptr_t)p;
+    bool invalid;
+    __asm__("sub %[start], %[product]\n\t"
+            "imul %[inverse], %[product]\n\t"
+            "cmp %[inverse], %[product]"
+            : [product] "+r"(product), "=@ccae"(invalid)
+            : [start] "m"(slice->start), [inverse] "m"(slice->block_size_inverse));
+    return invalid;
+}
 enum segment_source {
     SEGMENT_ANY,           /* an abandoned one (adopted), else a cached one, else a new one */
     SEGMENT_CACHED_OR_NEW, /* a cached one, else a new one */
@@ -509,9 +526,7 @@ static inline struct page *page_of_block(const void *p, const char *message) {
         &segment_of(p)->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];
     /* the slice's copies of the test (page_block_test_set): a slice never
      * part of a page reads zero there, and zero accepts nothing */
-    if (CHECKS_ON &&
-        unlikely(!block_offset_valid((uintptr_t)p - slice->start, slice->block_size_inverse)))
-        report_invalid_pointer(message);
+    if (CHECKS_ON && unlikely(block_start_invalid(p, slice))) report_invalid_pointer(message);
     return slice->first;
 }
 size_t block_usable_size(const void *p, const char *function) INTERNAL;

@@ -1,13 +1,12 @@
-/* free()'s block test (block_offset_valid in src/internal.h) against the
- * truth, at every byte of every page geometry a size class can have: for
- * each class and each page length of 1 to PAGE_MAX_SLICES slices, laid out
- * as page_init does (slack first, last block flush with the page's end), the
- * test must accept exactly the block starts. It also checks that the slack
- * keeps every power-of-two alignment that divides the block size (memalign
- * serves such alignments from class pages). A large page's inverse 1 and a
- * free descriptor's 0 are checked at the offsets that matter. This is the
- * arithmetic itself, compiled from the allocator's own header; the
- * behaviour (an abort on a pointer into the slack) is in test_invalid_free. */
+/* free()'s block test (block_offset_valid in src/internal.h, and
+ * block_start_invalid, the asm form free runs) against the truth, at every byte of every page
+ * geometry a size class can have: for each class and each page length of 1 to PAGE_MAX_SLICES
+ * slices, laid out as page_init does (slack first, last block flush with the page's end), the test
+ * must accept exactly the block starts. It also checks that the slack keeps every power-of-two
+ * alignment that divides the block size (memalign serves such alignments from class pages). A large
+ * page's inverse 1 and a free descriptor's 0 are checked at the offsets that matter, in both forms.
+ * This is the arithmetic itself, compiled from the allocator's own header; the behaviour (an abort
+ * on a pointer into the slack) is in test_invalid_free. */
 #include "../src/internal.h"
 #include "../src/size_class.c"
 #include "common.h"
@@ -18,9 +17,15 @@ int main(void) {
         size_t size = g_class_size[cls];
         uint64_t inverse = block_offset_inverse(size);
         for (unsigned slices = 1; slices <= PAGE_MAX_SLICES; slices++) {
+            /* a descriptor as page_block_test_set writes it; only its two
+             * fields are read, and the addresses are never dereferenced */
+            struct page slice = {0};
             size_t area = (size_t)slices << SLICE_SHIFT;
             size_t blocks_bytes = area / size * size;
             size_t slack = area - blocks_bytes;
+            uintptr_t page_begin = (uintptr_t)1 << 46;
+            slice.start = page_begin + slack;
+            slice.block_size_inverse = inverse;
             for (size_t align = 16; align <= size && size % align == 0; align *= 2)
                 CHECKF(slack % align == 0, "size %zu, %u slices: slack %zu breaks %zu alignment",
                        size, slices, slack, align);
@@ -31,17 +36,29 @@ int main(void) {
                 CHECKF(block_offset_valid(offset, inverse) == is_block,
                        "size %zu, %u slices, byte %zu of the page (slack %zu): %s", size, slices,
                        at, slack, is_block ? "block start rejected" : "accepted");
+                CHECKF(block_start_invalid((const void *)(page_begin + at), &slice) == !is_block,
+                       "asm form: size %zu, %u slices, byte %zu of the page: %s", size, slices, at,
+                       is_block ? "block start rejected" : "accepted");
             }
             checked += area;
         }
     }
-    for (uintptr_t offset = 1; offset < LARGE_MAX; offset++)
+    struct page large = {.start = (uintptr_t)1 << 46, .block_size_inverse = 1};
+    for (uintptr_t offset = 1; offset < LARGE_MAX; offset++) {
         CHECKF(!block_offset_valid(offset, 1), "large page: offset %zu accepted", (size_t)offset);
+        CHECKF(block_start_invalid((const void *)(large.start + offset), &large),
+               "large page, asm form: offset %zu accepted", (size_t)offset);
+    }
     CHECK(block_offset_valid(0, 1));
+    CHECK(!block_start_invalid((const void *)large.start, &large));
+    struct page unused = {0}; /* a descriptor never written: start 0 too */
     uintptr_t probes[] = {0, 1, 16, SLICE_SIZE, (uintptr_t)-16};
-    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++)
+    for (size_t i = 0; i < sizeof probes / sizeof probes[0]; i++) {
         CHECKF(!block_offset_valid(probes[i], 0), "free descriptor: offset %zu accepted",
                (size_t)probes[i]);
+        CHECKF(block_start_invalid((const void *)(large.start + probes[i]), &unused),
+               "free descriptor, asm form: address %zu accepted", (size_t)probes[i]);
+    }
     printf("block test: %lu offsets checked\n", checked);
     return 0;
 }
