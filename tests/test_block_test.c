@@ -1,12 +1,14 @@
 /* free()'s block test (block_offset_valid in src/internal.h, and
- * block_start_invalid, the asm form free runs) against the truth, at every byte of every page
- * geometry a size class can have: for each class and each page length of 1 to PAGE_MAX_SLICES
- * slices, laid out as page_init does (slack first, last block flush with the page's end), the test
- * must accept exactly the block starts. It also checks that the slack keeps every power-of-two
- * alignment that divides the block size (memalign serves such alignments from class pages). A large
- * page's inverse 1 and a free descriptor's 0 are checked at the offsets that matter, in both forms.
- * This is the arithmetic itself, compiled from the allocator's own header; the behaviour (an abort
- * on a pointer into the slack) is in test_invalid_free. */
+ * block_start_invalid, the asm form free runs) against the truth, at every
+ * byte of every page geometry a size class can have: for each class and each
+ * page length of 1 to PAGE_MAX_SLICES slices, laid out as page_init does
+ * (slack first, last block flush with the page's end), the test must accept
+ * exactly the block starts. It also checks that the slack keeps every
+ * power-of-two alignment that divides the block size (memalign serves such
+ * alignments from class pages). A large page's inverse 1 and a free
+ * descriptor's 0 are checked at the offsets that matter, in both forms. This
+ * is the arithmetic itself, compiled from the allocator's own header; the
+ * behaviour (an abort on a pointer into the slack) is in test_invalid_free. */
 #include "../src/internal.h"
 #include "../src/size_class.c"
 #include "common.h"
