@@ -12,16 +12,26 @@
  * a lower mmap threshold (options.c keeps it in step). */
 _Atomic size_t g_small_limit = SMALL_MAX;
 
-/* A block of class cls from the thread's current page of it, or NULL. */
+/* A block of class cls from the thread's current page of it, or NULL (an
+ * empty list, or a corrupt link, which the slow path reports). With the
+ * checks, an empty list is the sentinel, whose link fails the check. */
 static inline __attribute__((always_inline)) struct block *class_pop_inline(struct heap *heap,
                                                                             size_t cls) {
     struct page *page = heap->pages_direct[cls];
     struct block *b = page->free;
-    if (likely(b != NULL)) {
+    if (CHECKS_ON) {
+        /* block_next, its test kept on the link rather than on the result */
+        uintptr_t delta = b->next_encoded ^ LINK_KEY;
+        if (unlikely(!block_link_delta_valid(delta))) return NULL;
+        struct block *next = (struct block *)(delta ^ (uintptr_t)b);
+        __builtin_prefetch(next); /* in b's segment: mapped */
+        page->free = next;
+    } else {
+        if (unlikely(b == NULL)) return NULL;
         page->free = block_next(b, true);
-        page->used++;
-        b->free_key = 0;
     }
+    page->used++;
+    b->free_key = 0;
     return b;
 }
 

@@ -8,7 +8,10 @@
 
 #include "internal.h"
 
-struct page g_empty_page; /* never has a free block: the fast path falls through */
+/* The end of g_empty_page's list (list_is_end): its link word stays zero. */
+struct block g_list_end;
+/* never has a free block: the fast path falls through */
+struct page g_empty_page = {.free = CHECKS_ON ? &g_list_end : NULL};
 struct heap g_empty_heap = {
     .pages_direct = {[0 ... SMALL_CLASS_COUNT - 1] = &g_empty_page},
     .id = UINT64_MAX, /* no segment is ever owned by it */
@@ -73,8 +76,8 @@ static void full_list_remove(struct heap *heap, struct page *page) {
 /* Whether a full page can serve again: blocks came back (collected here if
  * it is still dry) or room to carve (a reclaimed page, reset). */
 static bool full_page_refilled(struct page *page) {
-    if (page->free == NULL) page_collect_remote(page);
-    return page->free != NULL || page->capacity < page->reserved;
+    if (page_list_empty(page)) page_collect_remote(page);
+    return !page_list_empty(page) || page->capacity < page->reserved;
 }
 
 /* Large pages: a NULL-terminated list, so free()'s "only page" test
@@ -547,8 +550,8 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
         bool wrapped = false;
         for (unsigned tries = 0; tries < QUEUE_SEARCH_MAX; tries++) {
             /* only a dry page collects: nothing to splice, no walk */
-            if (page->free == NULL) page_collect_remote(page);
-            if (page->free != NULL) {
+            if (page_list_empty(page)) page_collect_remote(page);
+            if (!page_list_empty(page)) {
                 *head = page;
                 return page;
             }
@@ -571,7 +574,7 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
             queue_insert_head(&heap->pages_full[cls], dry[i]);
         }
         struct page *rescued = full_list_rescue(heap, cls);
-        if (rescued != NULL && rescued->free != NULL) return rescued;
+        if (rescued != NULL && !page_list_empty(rescued)) return rescued;
         if (rescued != NULL) extendable = rescued;
         if (extendable != NULL && page_extend(extendable)) {
             *head = extendable;
@@ -580,7 +583,7 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
         if (*head != &g_empty_page) *head = page; /* resume the search here next time */
     } else {
         struct page *rescued = full_list_rescue(heap, cls);
-        if (rescued != NULL && (rescued->free != NULL || page_extend(rescued))) return rescued;
+        if (rescued != NULL && (!page_list_empty(rescued) || page_extend(rescued))) return rescued;
     }
     return heap_new_class_page(heap, cls);
 }
@@ -588,7 +591,7 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
 static void *heap_malloc_class(struct heap *heap, unsigned cls) {
     if (cls == 0) cls = 1; /* class 0 stays empty: malloc(0) always comes here */
     struct page *page = heap->pages_direct[cls];
-    if (page->free == NULL) {
+    if (page_list_empty(page)) {
         page = heap_find_page(heap, cls);
         if (page == NULL) return NULL;
     }
@@ -807,7 +810,7 @@ void heap_freed_block_check(struct page *page, struct block *b, const char *mess
     /* reclaimed meanwhile: every block of the page was free already */
     if (page->capacity == 0) fatal_error(message);
     uint32_t steps = 0;
-    for (struct block *f = page->free; f; f = block_next_checked(f)) {
+    for (struct block *f = page->free; !list_is_end(f); f = block_next_checked(f)) {
         if (f == b) fatal_error(message);
         if (++steps > page->capacity) report_corrupt_free_list();
     }

@@ -375,13 +375,36 @@ NORETURN void report_corrupt_free_list(void) INTERNAL;
 
 /* Free-list links are stored as next ^ b ^ LINK_KEY, b being the block that
  * holds the link (glibc's safe-linking idea: forging a link takes the slot's
- * address). A valid link stays in b's segment and never points at b itself,
- * so stored ^ LINK_KEY = next ^ b lies in [1, SEGMENT_SIZE): one subtraction
- * and one compare check it. A list ends in b ^ LINK_KEY (next = NULL). The
- * key's top bits make a zeroed link, a small number or any user pointer
- * written over a link fail the check; it is a sign-extended 32-bit immediate,
- * so applying it takes one xor, no 64-bit constant load. */
+ * address). A valid link stays in b's segment, so stored ^ LINK_KEY = next ^
+ * b lies below SEGMENT_SIZE: one test of its top bits checks it. The key's
+ * top bits make a zeroed link, a small number, -1 or any user pointer
+ * written over a link fail the check; it is a sign-extended 32-bit
+ * immediate, so applying it takes one xor, no 64-bit constant load. (A link
+ * overwritten with exactly LINK_KEY, a block pointing at itself, passes: the
+ * test of [1, SEGMENT_SIZE) that caught it cost an instruction a malloc.)
+ *
+ * Lists end in a sentinel (checked builds): a block-sized word pair in the
+ * segment's header (segment->list_end), so the last block's link is a valid
+ * link like any other, and page->free holds the sentinel when the list is
+ * empty. The sentinel's link word is zero, which fails the check: malloc's
+ * fast path needs no empty-list test, the check sends an empty list to the
+ * slow path. g_empty_page, in no segment, ends in g_list_end. Without the
+ * checks, lists end in NULL and the fast path tests for it. */
 #define LINK_KEY 0xffffffffd6a40000ull
+
+extern struct block g_list_end INTERNAL;
+/* The end of a list of the pages of p's segment. */
+static inline struct block *list_end_of(const void *p) {
+    if (!CHECKS_ON) return NULL;
+    return &segment_of(p)->list_end;
+}
+static inline bool list_is_end(const struct block *b) {
+    if (!CHECKS_ON) return b == NULL;
+    return ((uintptr_t)b & SEGMENT_MASK) == offsetof(struct segment, list_end) || b == &g_list_end;
+}
+static inline bool page_list_empty(const struct page *page) {
+    return list_is_end(page->free);
+}
 
 static inline struct block *block_link_decode(const struct block *b) { /* unchecked */
     if (!CHECKS_ON) return (struct block *)b->next_encoded;
@@ -393,15 +416,16 @@ static inline void block_link_set(struct block *b, struct block *next) {
     else
         b->next_encoded = (uintptr_t)next ^ LINK_KEY ^ (uintptr_t)b;
 }
-/* The end of a list, or a corrupt link (which aborts). */
-static inline struct block *block_link_end(const struct block *b, uintptr_t delta) {
-    if (delta != (uintptr_t)b) report_corrupt_free_list();
-    return NULL;
+/* next ^ b of a valid link: both in one segment. */
+static inline bool block_link_delta_valid(uintptr_t delta) {
+    return (delta & ~(uintptr_t)SEGMENT_MASK) == 0;
 }
-/* The block after b on a free list, checked; NULL at the end. With
- * `prefetch`, the next block's line is fetched too: the next malloc of the
- * class reads its link (a block another core freed is a miss); NULL is never
- * prefetched, since that costs a page walk. */
+/* The block after b on a free list (or the list's end), NULL if b's link
+ * fails the check: b is the sentinel (an empty list) or the link is corrupt.
+ * With `prefetch`, the next block's line is fetched too: the next malloc of
+ * the class reads its link (a block another core freed is a miss). Without
+ * the checks: the next block, NULL at the end (never prefetched, since that
+ * costs a page walk). */
 static inline struct block *block_next(const struct block *b, bool prefetch) {
     if (!CHECKS_ON) {
         struct block *next = (struct block *)b->next_encoded;
@@ -409,15 +433,16 @@ static inline struct block *block_next(const struct block *b, bool prefetch) {
         return next;
     }
     uintptr_t delta = b->next_encoded ^ LINK_KEY; /* next ^ b */
-    if (likely(delta - 1 < SEGMENT_SIZE - 1)) {
-        struct block *next = (struct block *)(delta ^ (uintptr_t)b);
-        if (prefetch) __builtin_prefetch(next); /* not NULL: it shares b's segment */
-        return next;
-    }
-    return block_link_end(b, delta);
+    if (unlikely(!block_link_delta_valid(delta))) return NULL;
+    struct block *next = (struct block *)(delta ^ (uintptr_t)b);
+    if (prefetch) __builtin_prefetch(next); /* in b's segment: mapped */
+    return next;
 }
+/* The block after b, which is on a list and not its end; a corrupt link aborts. */
 static inline struct block *block_next_checked(const struct block *b) {
-    return block_next(b, false);
+    struct block *next = block_next(b, false);
+    if (CHECKS_ON && unlikely(next == NULL)) report_corrupt_free_list();
+    return next;
 }
 
 /* page->thread_free of a page a purger reclaimed: every carved block had
@@ -438,7 +463,8 @@ static inline uint32_t thread_free_count(uintptr_t word) {
  * list in `old`; links `last` to old's head. */
 static inline uintptr_t thread_free_push_word(uintptr_t old, struct block *first,
                                               struct block *last, uint32_t count) {
-    block_link_set(last, thread_free_head(old));
+    struct block *head = thread_free_head(old);
+    block_link_set(last, head != NULL ? head : list_end_of(last));
     return ((old & ~(THREAD_FREE_COUNT_ONE - 1)) + count * THREAD_FREE_COUNT_ONE) |
            (uintptr_t)first;
 }

@@ -21,7 +21,7 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     page_block_test_set(page, class_index == LARGE_CLASS ? 1 : block_offset_inverse(block_size));
     page->capacity = 0;
     page->used = 0;
-    page->free = NULL;
+    page->free = list_end_of(page);
     page->in_full = 0;
     /* relaxed: the page is not yet visible to any other thread. */
     atomic_store_explicit(&page->thread_free, 0, memory_order_relaxed);
@@ -80,7 +80,7 @@ static struct block *list_tail(struct block *list, uint32_t count) {
     struct block *tail = list;
     while (--count > 0) {
         struct block *next = block_next_checked(tail);
-        if (unlikely(next == NULL)) report_corrupt_free_list();
+        if (unlikely(list_is_end(next))) report_corrupt_free_list();
         tail = next;
     }
     return tail;
@@ -96,7 +96,7 @@ static void page_reset_reclaimed(struct page *page) {
     page->capacity = 0;
     spin_unlock(&segment->lock);
     page->used = 0;
-    page->free = NULL;
+    page->free = list_end_of(page);
     __atomic_store_n(&page->is_zero, 1, __ATOMIC_RELAXED); /* relaxed: as calloc reads it */
 }
 

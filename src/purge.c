@@ -387,7 +387,7 @@ static size_t release_remote_freed_blocks(void) {
             struct block *tail = list;
             struct iovec ranges[PURGE_BATCH_MAX];
             unsigned count = 0;
-            for (struct block *b = list; b; b = block_link_decode(b)) {
+            for (struct block *b = list; !list_is_end(b); b = block_link_decode(b)) {
                 uintptr_t from = ((uintptr_t)b + sizeof(struct block) + OS_PAGE_SIZE - 1) &
                                  ~(uintptr_t)(OS_PAGE_SIZE - 1);
                 uintptr_t to = ((uintptr_t)b + block_size) & ~(uintptr_t)(OS_PAGE_SIZE - 1);

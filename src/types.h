@@ -88,9 +88,10 @@ struct page {
     /* Line 1: the owner's, written by its every malloc and free. Remote
      * frees never touch it (with it on line 0, larson and mstress paid a
      * cache-line transfer per remote free and per owner write after it). */
-    struct block *free __attribute__((aligned(64))); /* owner only: local free list */
-    struct page *next;                               /* owner only: circular class queue */
-    struct page *prev;                               /* owner only: circular class queue */
+    /* owner only: local free list, ending in list_end_of(page) (NULL without the checks) */
+    struct block *free __attribute__((aligned(64)));
+    struct page *next;     /* owner only: circular class queue */
+    struct page *prev;     /* owner only: circular class queue */
     uint64_t clean_slices; /* owner only: slices of the run (bit i: its slice i) that read as
                               zero when it was taken; calloc of a large block clears the rest */
     uint16_t used;         /* owner only: blocks out, minus those collected */
@@ -124,6 +125,9 @@ struct segment {
     /* Line 0, read by every free: written only when ownership changes. */
     _Atomic uint64_t owner_id; /* heap id of the owner; 0 when abandoned */
     struct heap *heap;         /* owning heap; meaningful to the owner only */
+    /* The end of every free list of the segment's pages in checked builds
+     * (list_end_of): never written, so its link word stays zero. */
+    struct block list_end;
     struct segment *next
         __attribute__((aligned(64))); /* owner's avail/full list, or abandoned/cache list */
     struct segment *prev;             /* ditto (doubly linked for O(1) unlink) */

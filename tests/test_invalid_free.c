@@ -325,6 +325,11 @@ static void case_link_zeroed(void) {
     write_after_free(48, 0);
 }
 
+/* a 0xff fill over the freed block */
+static void case_link_all_ones(void) {
+    write_after_free(48, ~(uintptr_t)0);
+}
+
 static void case_link_to_stack(void) {
     _Alignas(64) char buf[256];
     write_after_free(48, (uintptr_t)(buf + 64));
@@ -373,6 +378,7 @@ static const struct {
     {"realloc by the owner of a block another thread freed", case_realloc_owner_after_other_thread,
      1, "realloc(): "},
     {"write after free: link zeroed", case_link_zeroed, 1, "malloc(): corrupted free list"},
+    {"write after free: link set to -1", case_link_all_ones, 1, "malloc(): corrupted free list"},
     {"write after free: link to the stack", case_link_to_stack, 1, "malloc(): corrupted free list"},
     {"write after free: link to another mapping", case_link_to_other_mapping, 1,
      "malloc(): corrupted free list"},
