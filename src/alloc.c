@@ -18,18 +18,9 @@ _Atomic size_t g_small_limit = SMALL_MAX;
 static inline __attribute__((always_inline)) struct block *class_pop_inline(struct heap *heap,
                                                                             size_t cls) {
     struct page *page = heap->pages_direct[cls];
-    struct block *b = page->free;
-    if (CHECKS_ON) {
-        /* block_next, its test kept on the link rather than on the result */
-        uintptr_t delta = b->next_encoded ^ LINK_KEY;
-        if (unlikely(!block_link_delta_valid(delta))) return NULL;
-        struct block *next = (struct block *)(delta ^ (uintptr_t)b);
-        __builtin_prefetch(next); /* in b's segment: mapped */
-        page->free = next;
-    } else {
-        if (unlikely(b == NULL)) return NULL;
-        page->free = block_next(b, true);
-    }
+    struct block *b = page->free, *next;
+    if (unlikely(!block_next_get(b, &next, true))) return NULL;
+    page->free = next;
     page->used++;
     b->free_key = 0;
     return b;
