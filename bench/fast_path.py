@@ -8,7 +8,7 @@ import re
 import time
 
 from harness import (BIN, BUILD, LIB, Progress, ROOT, alloc_env, available_allocators,
-                     failure_text, fmt, geomean, loadavg, log, machine_text, md_table, median,
+                     failure_text, fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median,
                      run_once, text_table, write_section)
 from suite import BENCHMARKS, fill, gen_c
 
@@ -88,6 +88,8 @@ def cmd_checks(args):
             gen_c(gen_dir)
     log("bench-checks: %d benchmarks x 2 builds x %d repetitions, interleaved" % (len(benches), reps))
     prog = Progress(len(benches) * 2 * reps)
+    host_start = host_probe()
+    log("host: %s" % host_start)
     t_start = time.monotonic()
     load_start = loadavg()
     rows, wall_ratios, cpu_ratios, min_ratios, failed = [], [], [], [], 0
@@ -129,12 +131,14 @@ def cmd_checks(args):
                      fmt(min_ratios[-1], "%.3f")])
     prog.end()
     elapsed = time.monotonic() - t_start
+    host_end = host_probe()
     rows.append(["**geometric mean**", "", "", "**%.3f**" % geomean(wall_ratios), "", "",
                  "**%.3f**" % geomean(cpu_ratios), "**%.3f**" % geomean(min_ratios)])
     hdr = ["benchmark", "wall s, checks", "wall s, none", "wall ratio",
            "user+sys s, checks", "user+sys s, none", "user+sys ratio", "ratio of fastest"]
     log("")
     log(text_table(hdr, [[c.replace("*", "") for c in r] for r in rows]))
+    log("host at the end: %s" % host_end)
     md = "\n".join([
         "## Cost of the default checks (`make bench-checks`)", "",
         "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
@@ -146,7 +150,9 @@ def cmd_checks(args):
         "the median over repetitions of with checks / without, the two runs of a repetition being back "
         "to back (1.03 = the checks cost 3%%); the last column is the fastest user+sys of each build "
         "over all repetitions, with checks / without. Run took %.0f s; load average (1 min) %s at the start and "
-        "%s at the end." % (reps, elapsed, load_start, loadavg()), "",
+        "%s at the end." % (reps, elapsed, load_start, loadavg()),
+        "- Host (`build/bench/hostprobe`): at the start %s; at the end %s." % (host_start, host_end),
+        "",
         md_table(hdr, rows), ""])
     if not args.no_doc:
         write_section("checks", md)

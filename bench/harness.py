@@ -316,6 +316,19 @@ def text_table(header, rows):
 
 
 
+def host_probe():
+    """One line on the host's state (bench/hostprobe.c): a first-touch fault,
+    a cache line's round trip between two threads, a serial loop. A run's
+    header gives it at the start and at the end, so that its ratios can be
+    read against the host's phase."""
+    try:
+        r = subprocess.run([os.path.join(BIN, "hostprobe")], capture_output=True, text=True,
+                           timeout=30)
+        return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
 def loadavg():
     try:
         with open("/proc/loadavg") as f:

@@ -8,7 +8,7 @@ import os
 import time
 
 from harness import (BIN, Progress, ROOT, SRC, SVG, alloc_env, available_allocators, failure_text,
-                     fmt, geomean, loadavg, log, machine_text, md_table, median, run_once,
+                     fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median, run_once,
                      text_table, write_section)
 
 
@@ -102,6 +102,8 @@ def cmd_bench(args, quick):
     prog = Progress(len(benches) * len(allocs) * reps)
     results = {}   # (bench, alloc) -> list of runs
     failures = []
+    host_start = host_probe()
+    log("host: %s" % host_start)
     t_start = time.monotonic()
     load_start = loadavg()
     for b in benches:
@@ -120,10 +122,12 @@ def cmd_bench(args, quick):
     prog.end()
     elapsed = time.monotonic() - t_start
     load = (load_start, loadavg())
+    host = (host_start, host_probe())
     summary = summarise(benches, allocs, results)
     print_bench(benches, allocs, summary, failures, elapsed)
     log("load average (1 min) at start %s, at end %s" % load)
-    md = bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load)
+    log("host at the end: %s" % host[1])
+    md = bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load, host)
     if quick or args.no_doc:
         path = os.path.join(BIN, "quick.md" if quick else "bench.md")
         with open(path, "w") as f:
@@ -199,7 +203,7 @@ def print_bench(benches, allocs, summary, failures, elapsed):
     log("total %.0f s" % elapsed)
 
 
-def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load):
+def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load, host):
     geo = summary["_geo"]
     names = [a["name"] for a in allocs]
     L = ["## Benchmarks (`make %s`)" % ("bench-quick" if quick else "bench"), "",
@@ -213,6 +217,7 @@ def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, loa
          "(below 1.00: faster or smaller than every peer). Run took %.0f s; load average "
          "(1 min) %s at the start and %s at the end: on a shared machine wall time includes "
          "waiting for a CPU, compare user+sys too." % (reps, elapsed, load[0], load[1]),
+         "- Host (`build/bench/hostprobe`): at the start %s; at the end %s." % host,
          "", "![time ratio to the best peer](benchmarks.svg)", "",
          "### Time ratio to the best peer (median wall time)", ""]
     rows = [[b["name"]] + [fmt(summary[b["name"]].get(n, {}).get("tr"), "%.2f") for n in names]
