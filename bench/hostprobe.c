@@ -4,8 +4,8 @@
  * virtual machine these move with the host (a fault cost 12 µs on one and
  * 2 µs on the next; for hours some multithreaded benchmarks took twice as
  * long in every allocator), and the ratios of a run are read against
- * them. No allocator is involved: the program maps its own memory and
- * allocates nothing after start-up. Prints one line.
+ * them. The harness runs it with no allocator preloaded, and it measures
+ * no allocation: the fault loop maps its own memory. Prints one line.
  *
  * usage: hostprobe */
 #include "common.h"
