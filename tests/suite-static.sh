@@ -75,21 +75,20 @@ for fn in malloc free; do
 done
 # The fast path's instruction budget, a golden figure as tcmalloc keeps one:
 # callgrind counts the instructions of N and 2N malloc(32)+free pairs
-# (bench/pair.c, the program `make bench-insns` measures), and the difference
-# over N is one pair's, loop included. The count is exact for a given build,
-# so a change to the fast path fails here until its golden is moved on
-# purpose, with the figure in docs/benchmarks.md (a shorter path too: the
-# golden then guards the new count). The goldens are
-# Debian 12's gcc 12.2 at -O2: 66 with 100 other blocks live in the page, 72
-# with the block alone (each free empties the page), 57 and 63 for the build
-# without the checks (the checks' 9 instructions, docs/security.md "Cost").
+# (build/bench/pair, the program `make bench-insns` measures), and the
+# difference over N is one pair's, loop included. The count is exact for a
+# given build, so a change to the fast path fails here until its golden (the
+# last field of each variant below: build, library, blocks kept live beside
+# it, golden) is moved on purpose, with the figure in docs/benchmarks.md (a
+# shorter path too: the golden then guards the new count). The goldens are
+# Debian 12's gcc 12.2 at -O2; live 0 makes each free empty the page.
 pair_insns() { # LIBRARY PAIRS LIVE: callgrind's instruction total
   LD_PRELOAD=$1 valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-    build/tests/pair "$2" "$3" 2>&1 | awk '/Collected :/ { print $NF }'
+    build/bench/pair "$2" "$3" 2>&1 | awk '/Collected :/ { print $NF }'
 }
 if ! command -v valgrind >/dev/null 2>&1; then
   echo "SKIP static/fast-path-insns valgrind not installed"
-elif ! out=$(make -s --no-print-directory build/tests/pair lib-nochecks 2>&1); then
+elif ! out=$(make -s --no-print-directory build/bench/pair lib-nochecks 2>&1); then
   echo "FAIL static/fast-path-insns build: $(echo "$out" | tail -1)"
 else
   n=200000

@@ -26,9 +26,5 @@ $(BUILD)/tests/test_%: tests/test_%.c tests/common.h tests/child_stderr.h includ
 $(BUILD)/tests/test_%: tests/test_%.cc tests/common.h include/tidemalloc.h | $(BUILD)/tests
 	$(CXX) $(UNIT_CXXFLAGS) $< -o $@ $(UNIT_LDLIBS)
 
-# malloc(32)+free pairs for the fast path's instruction budget (suite-static).
-$(BUILD)/tests/pair: bench/pair.c | $(BUILD)/tests
-	$(CC) $(UNIT_CFLAGS) $< -o $@
-
 $(BUILD)/tests/libdlalloc.so: tests/helper_dlalloc.c | $(BUILD)/tests
 	$(CC) $(UNIT_CFLAGS) -fPIC -shared $< -o $@
