@@ -134,7 +134,7 @@ def read_report(path):
 
 def run_once(argv, env, timeout=TIMEOUT_S, sample_rss=False):
     """Runs argv under bench/launch; returns wall, user, sys (s), rss (peak,
-    KiB), faults (minor page faults), rc, out, err and, with sample_rss, avg_rss: the mean of VmRSS
+    KiB), rss_kernel (ru_maxrss alone, KiB), faults (minor page faults), rc, out, err and, with sample_rss, avg_rss: the mean of VmRSS
     sampled every 10 ms from /proc/PID/status (KiB)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
             tempfile.NamedTemporaryFile(prefix="bench-report-") as report:
@@ -179,7 +179,12 @@ def run_once(argv, env, timeout=TIMEOUT_S, sample_rss=False):
         status = int(rep.get("status", "-1"))
         rc = os.waitstatus_to_exitcode(status) if status >= 0 else (p.returncode or 127)
         res = dict(wall=float(rep.get("wall", "nan")), user=float(rep.get("user", "nan")),
-                   sys=float(rep.get("sys", "nan")), rss=int(rep.get("maxrss", "0")),
+                   sys=float(rep.get("sys", "nan")),
+                   # VmHWM at the exit is exact where ru_maxrss reads up to 31 pages per
+                   # CPU low (bench/launch.c); ru_maxrss alone covers the command's
+                   # children (gcc's cc1), so the larger of the two.
+                   rss=max(int(rep.get("hwm", "0")), int(rep.get("maxrss", "0"))),
+                   rss_kernel=int(rep.get("maxrss", "0")),
                    faults=int(rep.get("minflt", "0")),
                    rc=rc, out=out.read().decode(errors="replace"),
                    err=err.read().decode(errors="replace"), timeout=bool(killed))

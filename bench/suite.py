@@ -150,20 +150,25 @@ def summarise(benches, allocs, results):
                                       user=median([r["user"] for r in runs]),
                                       sys=median([r["sys"] for r in runs]),
                                       rss=median([r["rss"] for r in runs]),
+                                      rss_kernel=median([r["rss_kernel"] for r in runs]),
                                       faults=median([r["faults"] for r in runs]),
                                       n=len(runs))
         peers = [row[a["name"]] for a in allocs if a["peer"] and a["name"] in row]
         best_t = min((p["wall"] for p in peers), default=None)
         best_r = min((p["rss"] for p in peers), default=None)
+        best_k = min((p["rss_kernel"] for p in peers), default=None)
         for v in row.values():
             v["tr"] = v["wall"] / best_t if best_t else float("nan")
             v["rr"] = v["rss"] / best_r if best_r else float("nan")
+            v["rk"] = v["rss_kernel"] / best_k if best_k else float("nan")
         row["_best"] = ([a["name"] for a in allocs if a["peer"] and a["name"] in row
                          and row[a["name"]]["wall"] == best_t] or ["-"])[0]
         s[b["name"]] = row
     s["_geo"] = {a["name"]: dict(tr=geomean([s[b["name"]][a["name"]]["tr"] for b in benches
                                             if a["name"] in s[b["name"]]]),
                                 rr=geomean([s[b["name"]][a["name"]]["rr"] for b in benches
+                                            if a["name"] in s[b["name"]]]),
+                                rk=geomean([s[b["name"]][a["name"]]["rk"] for b in benches
                                             if a["name"] in s[b["name"]]]))
                  for a in allocs}
     return s
@@ -195,9 +200,9 @@ def print_bench(benches, allocs, summary, failures, elapsed):
         log("")
     geo = summary["_geo"]
     log("== geometric means of the ratios to the best peer (%d benchmarks)" % len(benches))
-    log(text_table(["allocator", "time", "peak RSS"],
-                   [[a["name"], fmt(geo[a["name"]]["tr"], "%.3f"), fmt(geo[a["name"]]["rr"], "%.3f")]
-                    for a in allocs]))
+    log(text_table(["allocator", "time", "peak RSS", "ru_maxrss alone"],
+                   [[a["name"], fmt(geo[a["name"]]["tr"], "%.3f"), fmt(geo[a["name"]]["rr"], "%.3f"),
+                     fmt(geo[a["name"]]["rk"], "%.3f")] for a in allocs]))
     for f in failures:
         log("FAILED: %s with %s: %s" % f)
     log("total %.0f s" % elapsed)
@@ -210,7 +215,9 @@ def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, loa
          "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
          "- Machine: %s" % machine_text(allocs),
          "- Method: %d repetitions, runs interleaved across allocators; median wall, user and sys "
-         "time (`wait4` rusage), median peak RSS (`ru_maxrss` of the child) and median minor "
+         "time (`wait4` rusage), median peak RSS (`VmHWM` read as the command's main thread "
+         "exits, or `ru_maxrss` where larger: `ru_maxrss` alone reads up to 31 pages per CPU "
+         "low, see `bench/launch.c`) and median minor "
          "page faults (`ru_minflt`: on a virtual machine a fault can cost more than a page's "
          "copy, so they explain much of the time). Ratios are to "
          "the best peer of glibc, jemalloc, tcmalloc and mimalloc on that benchmark "
@@ -229,6 +236,9 @@ def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, loa
             for b in benches]
     rows.append(["**geometric mean**"] + ["**%s**" % fmt(geo[n]["rr"], "%.3f") for n in names])
     L += [md_table(["benchmark"] + names, rows), ""]
+    L += ["With the kernel's `ru_maxrss` alone (the figure before the twenty-eighth session; "
+          "its error is up to 0.5 MiB on this machine's 2 CPUs) the geometric means would be %s."
+          % ", ".join("%s %s" % (n, fmt(geo[n]["rk"], "%.3f")) for n in names), ""]
     L += ["### Per benchmark", ""]
     for b in benches:
         cmd = " ".join(os.path.relpath(x, ROOT) if x.startswith(ROOT) else x

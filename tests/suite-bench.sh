@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# The benchmark harness's launcher (bench/launch): the figures `make bench`
+# reports come from it, so it must pass the command's exit status and signals
+# through untouched and report the peak RSS exactly (VmHWM at the command's
+# exit: ru_maxrss reads up to 31 pages per CPU low, see bench/launch.c).
+# Prints one PASS/FAIL/SKIP line per test and always exits 0.
+set -u
+ROOT=${TIDEMALLOC_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
+cd "$ROOT" || { echo "FAIL bench-setup cannot cd to $ROOT"; exit 0; }
+CC=${CC:-cc}
+
+pass() { echo "PASS $1"; }
+fail() { echo "FAIL $1 $2"; }
+skip() { echo "SKIP $1 $2"; }
+
+TMP=$(mktemp -d "${TMPDIR:-/tmp}/tm-bench.XXXXXX") || { echo "FAIL bench-setup mktemp"; exit 0; }
+trap 'rm -rf "$TMP"' EXIT
+unset LD_PRELOAD
+
+if ! make -s build/bench/launch >"$TMP/make.log" 2>&1; then
+  fail bench-launch-build "$(tr '\n' ' ' < "$TMP/make.log" | cut -c1-300)"
+  exit 0
+fi
+LAUNCH=$ROOT/build/bench/launch
+
+# The command: touches PAGES pages one at a time, so that the last ones sit in
+# the kernel's per-CPU counters; counts the signals its handler got; writes
+# its own exact VmRSS (KiB) and leaves at once (_exit: nothing more mapped),
+# with status 3, or execs ARGV[3].
+cat > "$TMP/touch.c" <<'CEOF'
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+static volatile sig_atomic_t got;
+static void on_signal(int s) { (void)s; got++; }
+static long own_rss_kib(void) {
+    char buf[4096];
+    int fd = open("/proc/self/status", O_RDONLY);
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    buf[n > 0 ? n : 0] = 0;
+    char *p = strstr(buf, "\nVmRSS:");
+    return p ? atol(p + 7) : -1L;
+}
+int main(int argc, char **argv) {
+    long pages = argc > 1 ? atol(argv[1]) : 0;
+    char out[64];
+    signal(SIGUSR1, on_signal);
+    signal(SIGTRAP, on_signal);
+    if (argc > 2 && strcmp(argv[2], "signals") == 0) { raise(SIGUSR1); raise(SIGTRAP); }
+    /* Everything the end runs, run once before the pages are touched. */
+    int len = snprintf(out, sizeof out, "rss %ld got %d\n", own_rss_kib(), (int)got);
+    char *m = mmap(NULL, (size_t)pages * 4096 + 4096, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED || len < 0 || write(1, out, 0) != 0) return 2;
+    for (long i = 0; i < pages; i++) m[i * 4096] = 1;
+    len = snprintf(out, sizeof out, "rss %ld got %d\n", own_rss_kib(), (int)got);
+    if (write(1, out, (size_t)len) != len) return 2;
+    if (argc > 3) execv(argv[3], argv + 3);
+    _exit(3);
+}
+CEOF
+if ! $CC -O2 -o "$TMP/touch" "$TMP/touch.c" 2>"$TMP/cc.log"; then
+  fail bench-launch-setup "$(tr '\n' ' ' < "$TMP/cc.log" | cut -c1-300)"
+  exit 0
+fi
+field() { awk -v k="$1" '$1 == k { print $2 }' "$2"; }
+
+# Exit status and the raw wait status are the command's.
+out=$("$LAUNCH" "$TMP/rep" "$TMP/touch" 10); rc=$?
+if [ $rc -eq 3 ] && [ "$(field status "$TMP/rep")" = 768 ] && [ -n "$(field pid "$TMP/rep")" ]; then
+  pass bench-launch-exit-status
+else
+  fail bench-launch-exit-status "rc=$rc, report: $(tr '\n' ' ' < "$TMP/rep")"
+fi
+
+# Signals the command raises reach its handlers (SIGTRAP too: only exec
+# events are the tracer's); a command killed by a signal is reported so.
+out=$("$LAUNCH" "$TMP/rep" "$TMP/touch" 10 signals); rc=$?
+if [ $rc -eq 3 ] && echo "$out" | grep -q "got 2$"; then pass bench-launch-signals
+else fail bench-launch-signals "rc=$rc, output '$out' (want got 2)"; fi
+"$LAUNCH" "$TMP/rep" sh -c 'kill -TERM $$' >/dev/null 2>&1; rc=$?
+if [ $rc -eq 143 ] && [ "$(field status "$TMP/rep")" = 15 ]; then pass bench-launch-killed
+else fail bench-launch-killed "rc=$rc (want 143), report: $(tr '\n' ' ' < "$TMP/rep")"; fi
+
+# Peak RSS: 2000 pages (7.8 MiB) touched. The command's own exact reading at
+# its end is the answer, give or take the 64 KiB window of libc the first call
+# of _exit maps (the kernel maps file pages 64 KiB at a time); ru_maxrss may
+# read lower (the report keeps it), never higher.
+out=$("$LAUNCH" "$TMP/rep" "$TMP/touch" 2000); rc=$?
+own=$(echo "$out" | awk '/^rss/ { print $2 }')
+hwm=$(field hwm "$TMP/rep"); hwm=${hwm:-0}; maxrss=$(field maxrss "$TMP/rep")
+if [ "$(field traced "$TMP/rep")" = 0 ]; then
+  skip bench-launch-peak-rss "ptrace refused here: only ru_maxrss ($maxrss KiB) is reported"
+elif [ $rc -eq 3 ] && [ "$hwm" -ge "$own" ] && [ "$hwm" -le $((own + 64)) ] && [ "$own" -ge 8000 ] &&
+     [ "$maxrss" -le "$hwm" ]; then
+  pass bench-launch-peak-rss
+else
+  fail bench-launch-peak-rss "command's own VmRSS at its end $own KiB, launch hwm $hwm, ru_maxrss $maxrss, rc $rc"
+fi
+
+# A command that execs: its peak is the new image's or the old one's, the
+# larger; ru_maxrss (kept in the report) covers the image before the exec.
+out=$("$LAUNCH" "$TMP/rep" "$TMP/touch" 2000 x /bin/true); rc=$?
+maxrss=$(field maxrss "$TMP/rep")
+if [ $rc -eq 0 ] && [ "${maxrss:-0}" -ge 7000 ]; then pass bench-launch-exec
+else fail bench-launch-exec "rc=$rc, ru_maxrss ${maxrss:-none} KiB (want >= 7000: the image before exec)"; fi
