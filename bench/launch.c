@@ -19,7 +19,9 @@
  * exits with its memory still mapped, and VmHWM is read then. No system call
  * of the command stops; a signal sent to its main thread stops it briefly and
  * is passed on. Where ptrace is refused, the command runs untraced and only
- * ru_maxrss is reported.
+ * ru_maxrss is reported. (A command that must trace its own threads, such as
+ * one built with LeakSanitizer, fails its leak check under a tracer: none of
+ * the benchmarks is.)
  *
  * The report file gets "pid N" as soon as the command started, then
  * "traced 1" (0: ptrace refused), "hwm KiB" (VmHWM at the main thread's exit,
