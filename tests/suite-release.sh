@@ -151,6 +151,7 @@ run remote-freed-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_R
 run remote-freed-trim TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim trim
 run remote-freed-over-bound TIDEMALLOC_UNUSED=1 -- rel_remote_reclaim bound
 run remote-freed-idle-owner-prompt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim prompt
+run remote-freed-idle-owner-soon TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim soon
 
 # f. Tunables.
 run tunables-mallopt-range TIDEMALLOC_UNUSED=1 -- rel_tunables range

@@ -3,14 +3,18 @@
  * touches them; the main thread frees them all (remote frees: they wait on
  * the owner's pages), while the owner sleeps on a condition variable or has
  * exited. Before, those pages stayed resident until the owner allocated
- * again, which a sleeping thread never does.
+ * again, which a sleeping thread never does. Pages that filled 4 ms before a
+ * later free of the loop may go back during the frees already (purge.c: an
+ * idle owner's filled pages); each mode checks what is resident after them.
  *   rel_remote_reclaim idle     owner asleep; the main thread then only sleeps:
  *                               RSS must fall to within 5 MiB of the start
  *                               within 5 s (the purge delay is 1 s)
  *   rel_remote_reclaim exited   the same with the owner gone before the frees
  *                               (its segments abandoned, adopted by nobody)
- *   rel_remote_reclaim retain   with TIDEMALLOC_BACKGROUND_PURGE=0: RSS still
- *                               holds most of it after 3 s (the control: the
+ *   rel_remote_reclaim retain   with TIDEMALLOC_BACKGROUND_PURGE=0: what is
+ *                               resident after the frees (at least 2 MiB:
+ *                               the pages filled in their last milliseconds)
+ *                               is still there after 3 s (the control: the
  *                               release above is the helper's)
  *   rel_remote_reclaim bound    owner asleep; the main thread waits 150 ms
  *                               (past the retain bound's age, stretched or
@@ -20,14 +24,17 @@
  *                               counts the filled pages as retained, so RSS
  *                               is within 5 MiB of the start right after it
  *                               (it stayed up until the delay when the bound
- *                               counted only free slices)
- *   rel_remote_reclaim trim     owner asleep; malloc_trim(0) returns 1 and RSS
- *                               is within 2 MiB of the start (issue 3 check
- *                               c). Then the owner wakes and allocates the
- *                               same again from its reclaimed pages (contents
- *                               checked); before that, a second free of an old
- *                               block, in a child process, aborts with a
- *                               message.
+ *                               counted only free slices). 8 MiB, so that
+ *                               the frees are over before their pages are
+ *                               4 ms old; a run whose frees gave it back all
+ *                               the same is a SKIP (exit 77).
+ *   rel_remote_reclaim trim     owner asleep; malloc_trim(0) leaves RSS
+ *                               within 2 MiB of the start, and returns 1 if
+ *                               more was resident (issue 3 check c). Then
+ *                               the owner wakes and allocates the same again
+ *                               from its reclaimed pages (contents checked);
+ *                               before that, a second free of an old block,
+ *                               in a child process, aborts with a message.
  *   rel_remote_reclaim prompt   3 MiB only (under the retain bound's floor),
  *                               with TIDEMALLOC_BACKGROUND_PURGE=0; owner
  *                               asleep; 60 ms after the frees the main thread
@@ -37,9 +44,14 @@
  *                               last blocks of each page), which fills and
  *                               dates the owner's pages; an owner that took
  *                               no malloc slow path between two passes is
- *                               idle, and its pages filled 20 ms before go
+ *                               idle, and its pages filled 4 ms before go
  *                               back then, not after the 1 s delay (RSS
- *                               within 1 MiB of the start). */
+ *                               within 1 MiB of the start).
+ *   rel_remote_reclaim soon     the same, 8 ms after the frees and again 6 ms
+ *                               later: the pages go back 4 ms after they
+ *                               filled, not 20 (larson: its workers free the
+ *                               main thread's 4 MiB in their first rounds,
+ *                               and it was still resident at their peak). */
 #include <malloc.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -54,6 +66,7 @@
 #define SLACK_TRIM ((size_t)2 << 20)
 
 #define TARGET_PROMPT ((size_t)3 << 20)
+#define TARGET_BOUND  ((size_t)8 << 20)
 
 static size_t target = TARGET;
 static void *blocks[MAX_BLOCKS];
@@ -143,11 +156,13 @@ int main(int argc, char **argv) {
     int idle = strcmp(mode, "idle") == 0, exited = strcmp(mode, "exited") == 0;
     int retain = strcmp(mode, "retain") == 0, trim = strcmp(mode, "trim") == 0;
     int bound = strcmp(mode, "bound") == 0, prompt = strcmp(mode, "prompt") == 0;
-    if (!idle && !exited && !retain && !trim && !bound && !prompt) {
-        fprintf(stderr, "usage: rel_remote_reclaim idle|exited|retain|trim|bound|prompt\n");
+    int soon = strcmp(mode, "soon") == 0;
+    if (!idle && !exited && !retain && !trim && !bound && !prompt && !soon) {
+        fprintf(stderr, "usage: rel_remote_reclaim idle|exited|retain|trim|bound|prompt|soon\n");
         return 2;
     }
-    if (prompt) target = TARGET_PROMPT;
+    if (prompt || soon) target = TARGET_PROMPT;
+    if (bound) target = TARGET_BOUND;
     memset(blocks, 0, sizeof blocks); /* resident before the baseline */
     memset(sizes, 0, sizeof sizes);
     exit_early = exited;
@@ -164,11 +179,11 @@ int main(int argc, char **argv) {
     size_t rss = rss_freed;
     int ms = 0, fell_at = -1, trimmed = -1;
     size_t rss_waited = 0;
-    if (prompt) {
-        nap_ms(60);
+    if (prompt || soon) {
+        nap_ms(prompt ? 60 : 8);
         rss_waited = rel_rss();
-        for (int i = 0; i < 3; i++) {
-            if (i) nap_ms(15);
+        for (int i = 0; i < (prompt ? 3 : 2); i++) {
+            if (i) nap_ms(prompt ? 15 : 6);
             void *own = malloc((size_t)100 << 10); /* a large page: freeing it empties it */
             if (own == NULL) REL_FAIL("malloc(100 KiB) failed");
             free(own);
@@ -210,38 +225,43 @@ int main(int argc, char **argv) {
                 mode, nblocks, rel_mib(rss0), rel_dmib(rss_peak, rss0), rel_dmib(rss_freed, rss0),
                 rel_dmib(rss, rss0), fell_at, trimmed, rel_mib(s1.bytes_retained),
                 (unsigned long long)(s2.madvise_calls - s1.madvise_calls),
-                bound || prompt ? rel_dmib(rss_waited, rss0) : 0.0);
+                bound || prompt || soon ? rel_dmib(rss_waited, rss0) : 0.0);
     (void)s0;
-    if (prompt) {
+    if (prompt || soon) {
         REL_CHECK(rss_waited >= rss0 + (size_t)2 * 1024 * 1024,
                   "RSS fell before the trigger (%+.2f MiB): nothing left to test",
                   rel_dmib(rss_waited, rss0));
         REL_CHECK(rss <= rss0 + ((size_t)1 << 20),
-                  "RSS still %+.2f MiB above the start after three slow paths 60-90 ms after the "
-                  "frees (the idle owner's filled pages should have gone back)",
-                  rel_dmib(rss, rss0));
+                  "RSS still %+.2f MiB above the start after slow paths %s ms after the frees "
+                  "(the idle owner's filled pages should have gone back)",
+                  rel_dmib(rss, rss0), prompt ? "60-90" : "8-14");
         return 0;
     }
-    REL_CHECK(rss_peak >= rss0 + (size_t)28 * 1024 * 1024,
+    REL_CHECK(rss_peak >= rss0 + target / 8 * 7,
               "the workload did not become resident (peak +%.2f MiB)", rel_dmib(rss_peak, rss0));
-    REL_CHECK(rss_freed >= rss0 + (size_t)24 * 1024 * 1024,
-              "RSS fell during the frees already (%+.2f MiB): nothing left to test",
-              rel_dmib(rss_freed, rss0));
     if (trim) {
-        REL_CHECK(trimmed == 1, "malloc_trim(0) returned %d, expected 1", trimmed);
+        REL_CHECK(trimmed == 1 || rss_freed <= rss0 + SLACK_TRIM,
+                  "malloc_trim(0) returned %d with %+.2f MiB resident, expected 1", trimmed,
+                  rel_dmib(rss_freed, rss0));
         REL_CHECK(rss <= rss0 + SLACK_TRIM, "RSS after malloc_trim(0) is %+.2f MiB (limit +2 MiB)",
                   rel_dmib(rss, rss0));
     } else if (bound) {
-        REL_CHECK(rss_waited >= rss0 + (size_t)24 * 1024 * 1024,
-                  "RSS fell before the trigger (%+.2f MiB): nothing left to test",
-                  rel_dmib(rss_waited, rss0));
         REL_CHECK(
             rss <= rss0 + SLACK_IDLE,
             "RSS still %+.2f MiB above the start after a slow-path free over the retain bound",
             rel_dmib(rss, rss0));
+        if (rss_waited <= rss0 + SLACK_IDLE) {
+            printf("SKIP the frees gave the memory back already (%+.2f MiB): no bound to test\n",
+                   rel_dmib(rss_waited, rss0));
+            return 77;
+        }
     } else if (retain) {
-        REL_CHECK(rss >= rss0 + (size_t)24 * 1024 * 1024,
-                  "RSS fell to %+.2f MiB without the helper thread", rel_dmib(rss, rss0));
+        REL_CHECK(rss_freed >= rss0 + ((size_t)2 << 20),
+                  "RSS fell to %+.2f MiB during the frees: nothing left to test",
+                  rel_dmib(rss_freed, rss0));
+        REL_CHECK(rss + ((size_t)1 << 20) >= rss_freed,
+                  "RSS fell from %+.2f to %+.2f MiB without the helper thread",
+                  rel_dmib(rss_freed, rss0), rel_dmib(rss, rss0));
     } else {
         REL_CHECK(fell_at >= 0, "RSS still %+.2f MiB above the start after %d ms idle",
                   rel_dmib(rss, rss0), ms);
