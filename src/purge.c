@@ -239,6 +239,15 @@ static _Atomic uint32_t last_pressure_pass_ms;
 #define IDLE_OWNER_INTERVAL_MS 2
 #define IDLE_OWNER_MS          4
 static _Atomic uint32_t last_idle_owner_pass_ms;
+/* A pass reads every segment's owner, and an idle owner's every page: past
+ * 16 segments the interval grows by 1 ms per 8, so that passes read at most
+ * 8 segments a millisecond, as many as a heap of 80 segments did when
+ * passes were 10 ms apart. */
+static uint32_t idle_owner_interval_ms(void) {
+    /* relaxed: a statistic, as a rate */
+    uint64_t per_segments = atomic_load_explicit(&g_segment_count, memory_order_relaxed) / 8;
+    return per_segments > IDLE_OWNER_INTERVAL_MS ? (uint32_t)per_segments : IDLE_OWNER_INTERVAL_MS;
+}
 static void reclaim_idle_owners(uint32_t now) {
     /* the heaps lock throughout: no heap structure is recycled (and cleared)
      * while a segment's stale owner pointer leads to it */
@@ -318,7 +327,7 @@ void purge_after_free(void) {
     }
     /* relaxed: rate limiting only */
     uint32_t last_idle = atomic_load_explicit(&last_idle_owner_pass_ms, memory_order_relaxed);
-    if (remote_freed_page_bytes() > 0 && (uint32_t)(now - last_idle) >= IDLE_OWNER_INTERVAL_MS &&
+    if (remote_freed_page_bytes() > 0 && (uint32_t)(now - last_idle) >= idle_owner_interval_ms() &&
         spin_try_lock(&g_purge_lock)) {
         atomic_store_explicit(&last_idle_owner_pass_ms, now, memory_order_relaxed);
         reclaim_idle_owners(now);
