@@ -139,6 +139,11 @@ def cmd_bench(args, quick):
     return 1 if failures else 0
 
 
+# Each ratio to the best peer: the measure, the ratio's key. rk is peak RSS by
+# the kernel's ru_maxrss alone, kept beside the exact figure (bench/launch.c).
+RATIOS = (("wall", "tr"), ("rss", "rr"), ("rss_kernel", "rk"))
+
+
 def summarise(benches, allocs, results):
     s = {}
     for b in benches:
@@ -154,22 +159,17 @@ def summarise(benches, allocs, results):
                                       faults=median([r["faults"] for r in runs]),
                                       n=len(runs))
         peers = [row[a["name"]] for a in allocs if a["peer"] and a["name"] in row]
+        for key, ratio in RATIOS:
+            best = min((p[key] for p in peers), default=None)
+            for v in row.values():
+                v[ratio] = v[key] / best if best else float("nan")
         best_t = min((p["wall"] for p in peers), default=None)
-        best_r = min((p["rss"] for p in peers), default=None)
-        best_k = min((p["rss_kernel"] for p in peers), default=None)
-        for v in row.values():
-            v["tr"] = v["wall"] / best_t if best_t else float("nan")
-            v["rr"] = v["rss"] / best_r if best_r else float("nan")
-            v["rk"] = v["rss_kernel"] / best_k if best_k else float("nan")
         row["_best"] = ([a["name"] for a in allocs if a["peer"] and a["name"] in row
                          and row[a["name"]]["wall"] == best_t] or ["-"])[0]
         s[b["name"]] = row
-    s["_geo"] = {a["name"]: dict(tr=geomean([s[b["name"]][a["name"]]["tr"] for b in benches
-                                            if a["name"] in s[b["name"]]]),
-                                rr=geomean([s[b["name"]][a["name"]]["rr"] for b in benches
-                                            if a["name"] in s[b["name"]]]),
-                                rk=geomean([s[b["name"]][a["name"]]["rk"] for b in benches
-                                            if a["name"] in s[b["name"]]]))
+    s["_geo"] = {a["name"]: {ratio: geomean([s[b["name"]][a["name"]][ratio] for b in benches
+                                             if a["name"] in s[b["name"]]])
+                             for _, ratio in RATIOS}
                  for a in allocs}
     return s
 
