@@ -149,10 +149,22 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
             freed |= segment_cache_trim(true, 0);
             if (freed) base = (uintptr_t)os_map_block(map_size);
             if (base == 0) base = (uintptr_t)os_map_after_trims(os_map_block, map_size, generation);
-            if (base == 0) return NULL;
         }
-        os_advise_huge_pages((void *)base, map_size);
+        if (base != 0) os_advise_huge_pages((void *)base, map_size);
     }
+    if (base == 0) {
+        /* Still no room for a mapping of its own: the free address space of
+         * the arena's chunks, which stay mapped while any block lies in them
+         * (oom mt: 96 MiB of chunks holding three blocks of 300 KB and three
+         * of 3 MiB left no room for a second block of 9 MiB, 2 runs in 300),
+         * or a chunk the trims above made room for. The block goes back to
+         * the arena when freed, as the arena's own do. */
+        spin_lock(&g_huge_lock);
+        base = (uintptr_t)arena_take(map_size, &dirty_end, t_heap);
+        spin_unlock(&g_huge_lock);
+        in_arena = base != 0;
+    }
+    if (base == 0) return NULL;
     uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
     if (!huge_register((struct huge_entry){user, base, mapped, retain_on_free, in_arena, hugetlb}))
         return NULL;

@@ -2,6 +2,8 @@
  *   oom st     one thread: each allocation function in turn, at several sizes
  *   oom mt     the same with 4 threads exhausting memory together
  *   oom table  huge-block realloc when the huge table must grow and cannot
+ *   oom arena  a block above the mmap threshold when only the arena's chunks,
+ *              a few blocks in each, hold free address space
  * The address space is capped with setrlimit(RLIMIT_AS) inside the process:
  * 200 MiB (or 200 MiB above the current size, if that is already over 64 MiB).
  * Every function must eventually return NULL with errno == ENOMEM
@@ -417,6 +419,54 @@ static void huge_table(void) {
     if (failures == 0) FAIL("no realloc failed: the limit had no effect");
 }
 
+/* ---- a block of its own while the arena's chunks hold the address space ---- */
+static void arena_space(void) {
+    /* 1 MiB blocks come from the arena's chunks, 12 MiB ones are mapped */
+    if (mallopt(M_MMAP_THRESHOLD, 8 * MIB) != 1) FAIL("mallopt(M_MMAP_THRESHOLD) refused");
+    enum { MAX_BLOCKS = 512 };
+    static void *blocks[MAX_BLOCKS];
+    size_t base = vm_size();
+    set_limit(base + 160 * MIB);
+    int count = 0;
+    for (; count < MAX_BLOCKS; count++) {
+        errno = 0;
+        blocks[count] = malloc(MIB);
+        if (blocks[count] == NULL) break;
+        memset(blocks[count], count & 0xff, MIB);
+    }
+    if (count == MAX_BLOCKS) FAIL("512 MiB allocated, RLIMIT_AS ignored?");
+    if (errno != ENOMEM) FAIL("malloc(1 MiB) failed with errno %d, not ENOMEM", errno);
+    /* The first 64 blocks lie in the first chunk (128 MiB under this limit),
+     * carved in order; the later ones in smaller chunks, down to chunks of
+     * one block at the end, which would go back whole if their blocks were
+     * freed. So free 60 of the first 64, keeping every 16th: free runs of
+     * 15 MiB in chunks that cannot go back, and nowhere else to map 12 MiB. */
+    if (count < 80) FAIL("only %d MiB of 1 MiB blocks under a 160 MiB limit", count);
+    int kept = 0;
+    for (int i = 0; i < count; i++) {
+        if (i >= 64 || i % 16 == 0)
+            blocks[kept++] = blocks[i];
+        else
+            free(blocks[i]);
+    }
+    say(1, "%d MiB of 1 MiB blocks, %d kept\n", count, kept);
+    for (int round = 0; round < 3; round++) {
+        errno = 0;
+        unsigned char *big = malloc(12 * MIB);
+        if (big == NULL)
+            FAIL("round %d: malloc(12 MiB) failed (%s) with %d MiB of 1 MiB blocks freed", round,
+                 strerror(errno), count - kept);
+        memset(big, 0xa5, 12 * MIB);
+        for (size_t i = 0; i < 12 * MIB; i += 4096)
+            if (big[i] != 0xa5) FAIL("the 12 MiB block lost a write");
+        if (malloc_usable_size(big) < 12 * MIB) FAIL("malloc_usable_size of the 12 MiB block");
+        free(big);
+    }
+    for (int i = 0; i < kept; i++)
+        free(blocks[i]);
+    say(1, "a 12 MiB block three times in the arena's free address space\n");
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *mode = argc > 1 ? argv[1] : "st";
@@ -426,8 +476,10 @@ int main(int argc, char **argv) {
         multi_threaded();
     else if (strcmp(mode, "table") == 0)
         huge_table();
+    else if (strcmp(mode, "arena") == 0)
+        arena_space();
     else
-        FAIL("usage: oom st|mt|table");
+        FAIL("usage: oom st|mt|table|arena");
     say(1, "ok\n");
     return 0;
 }
