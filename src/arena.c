@@ -250,10 +250,47 @@ static uint16_t chunk_of(uintptr_t address) {
     fatal_error("free(): arena block outside the arena");
 }
 
-void arena_give(uintptr_t start, size_t size, bool dirty) {
-    used_bytes_add(size, false);
+/* A range back on the free list (huge lock held). */
+static void range_return(uintptr_t start, size_t size, bool dirty) {
     if (!extent_insert(start, size, chunk_of(start), dirty, clock_ms()) && dirty)
         os_release((void *)start, size); /* the list is full: the range stays out of use */
+}
+
+void arena_give(uintptr_t start, size_t size, bool dirty) {
+    used_bytes_add(size, false);
+    range_return(start, size, dirty);
+}
+
+/* Address space is short and a segment cannot be mapped: the chunks' free
+ * address space holds it instead, taken from any chunk, its pages released
+ * so that it reads as zero as a fresh mapping does. Not counted as the
+ * arena's: the segment counts itself. */
+void *arena_lend(size_t size, size_t alignment) {
+    uintptr_t lent = 0;
+    spin_lock(&g_huge_lock);
+    /* the head left before the aligned start needs a slot of its own */
+    for (unsigned i = 0, next; i < extent_count && extent_count < ARENA_EXTENTS_MAX; i = next) {
+        size_t bytes = run_bytes(i, &next);
+        uintptr_t start = extents[i].start, aligned = (start + alignment - 1) & ~(alignment - 1);
+        if (aligned - start + size > bytes) continue;
+        uintptr_t dirty_end;
+        run_carve(i, aligned - start + size, &dirty_end);
+        if (aligned > start) range_return(start, aligned - start, dirty_end > start);
+        lent = aligned;
+        break;
+    }
+    spin_unlock(&g_huge_lock);
+    if (lent && !os_release((void *)lent, size)) {
+        arena_lent_back(lent, size);
+        lent = 0;
+    }
+    return (void *)lent;
+}
+
+void arena_lent_back(uintptr_t start, size_t size) {
+    spin_lock(&g_huge_lock);
+    range_return(start, size, true);
+    spin_unlock(&g_huge_lock);
 }
 
 bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) {

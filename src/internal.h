@@ -540,6 +540,12 @@ bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) INTERNAL; /* 
 /* Releases free extents idle for the purge delay (all: everything) and
  * unmaps wholly free chunks; takes the huge lock. True if anything went. */
 bool arena_release(bool everything, uint32_t now) INTERNAL;
+/* These two take the huge lock. arena_lend: `size` bytes aligned to
+ * `alignment` (a power of two) from the chunks' free address space, reading
+ * as zero, for a segment that could not be mapped; NULL if no run fits.
+ * arena_lent_back: such a range, no longer used. */
+void *arena_lend(size_t size, size_t alignment) INTERNAL;
+void arena_lent_back(uintptr_t start, size_t size) INTERNAL;
 extern _Atomic uint64_t g_arena_dirty_bytes INTERNAL; /* free, maybe resident */
 extern _Atomic uint64_t g_arena_used_bytes INTERNAL;  /* in blocks handed out */
 

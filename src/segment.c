@@ -104,11 +104,23 @@ static struct segment *segment_create(void) {
      * block's trim held, 3 in 120 with the wait */
     if (segment == NULL && arena_release(true, 0)) segment = os_map_segment();
     if (segment == NULL) segment = os_map_after_trims(map_segment, SEGMENT_SIZE, generation);
+    /* Still none: the arena's chunks, which stay mapped while any block
+     * lies in them, may hold the free address space (a program that freed
+     * most of its 300 KB buffers under RLIMIT_AS, then wants small blocks). */
+    bool lent = false;
+    if (segment == NULL) {
+        segment = arena_lend(SEGMENT_SIZE, SEGMENT_SIZE);
+        lent = segment != NULL;
+    }
     if (segment == NULL) return NULL;
     if (!os_segment_map_writable((uintptr_t)segment >> SEGMENT_SHIFT)) {
-        os_unmap(segment, SEGMENT_SIZE);
+        if (lent)
+            arena_lent_back((uintptr_t)segment, SEGMENT_SIZE);
+        else
+            os_unmap(segment, SEGMENT_SIZE);
         return NULL;
     }
+    segment->lent = lent;
     /* The header reads as zero: only the non-zero fields need setting. The
      * descriptors stay untouched (16 KiB, four OS pages): a slice never part
      * of a page reads zero, whose block test accepts nothing. */
@@ -135,7 +147,10 @@ static void segment_destroy(struct segment *segment) {
     spin_unlock(&g_registry_lock);
     segment_map_set(segment, false);
     atomic_fetch_sub_explicit(&g_segment_count, 1, memory_order_relaxed); /* statistic */
-    os_unmap(segment, SEGMENT_SIZE);
+    if (segment->lent)
+        arena_lent_back((uintptr_t)segment, SEGMENT_SIZE);
+    else
+        os_unmap(segment, SEGMENT_SIZE);
 }
 
 static void list_push(struct segment **list, struct segment *segment) {

@@ -140,6 +140,8 @@ struct segment {
     uint64_t purging_slices;          /* lock: slices a purger took out to release */
     uint8_t in_full_list;             /* owner only: on heap's full list (no free slice) */
     uint8_t abandoned;                /* abandoned list lock: on the abandoned list */
+    uint8_t lent;                     /* set once: carved from an arena chunk (arena_lend),
+                                         destroyed back into it instead of unmapped */
     uint32_t cached_ms;               /* cache lock: when it last entered the segment cache */
     uint32_t slice_freed_ms[SLICES_PER_SEGMENT]; /* lock: when each free slice was freed */
     struct page pages[SLICES_PER_SEGMENT];       /* one descriptor per slice */

@@ -2,8 +2,8 @@
  *   oom st     one thread: each allocation function in turn, at several sizes
  *   oom mt     the same with 4 threads exhausting memory together
  *   oom table  huge-block realloc when the huge table must grow and cannot
- *   oom arena  a block above the mmap threshold when only the arena's chunks,
- *              a few blocks in each, hold free address space
+ *   oom arena  a block above the mmap threshold, then small blocks, when only
+ *              the arena's chunks, a few blocks in each, hold free address space
  * The address space is capped with setrlimit(RLIMIT_AS) inside the process:
  * 200 MiB (or 200 MiB above the current size, if that is already over 64 MiB).
  * Every function must eventually return NULL with errno == ENOMEM
@@ -462,9 +462,21 @@ static void arena_space(void) {
         if (malloc_usable_size(big) < 12 * MIB) FAIL("malloc_usable_size of the 12 MiB block");
         free(big);
     }
+    say(1, "a 12 MiB block three times in the arena's free address space\n");
+    /* Small blocks need segments, 4 MiB aligned: the same free runs hold
+     * two or three each. Then the big block again, once they are freed. */
+    size_t small;
+    struct node *list = exhaust(F_MALLOC, 4000, &small, "arena");
+    say(1, "then %zu MiB of 4000 B blocks\n", small / MIB);
+    if (small < 24 * MIB)
+        FAIL("only %zu MiB of 4000 B blocks with %d MiB of 1 MiB blocks freed", small / MIB,
+             count - kept);
+    free_list(list);
+    void *big = malloc(12 * MIB);
+    if (big == NULL) FAIL("malloc(12 MiB) failed once the small blocks were freed");
+    free(big);
     for (int i = 0; i < kept; i++)
         free(blocks[i]);
-    say(1, "a 12 MiB block three times in the arena's free address space\n");
 }
 
 int main(int argc, char **argv) {
