@@ -508,6 +508,17 @@ extern _Atomic uint64_t g_heap_count INTERNAL;
 void *heap_malloc_slow(struct heap *heap, size_t size) INTERNAL;
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) INTERNAL;
 void heap_atfork_child(bool locked) INTERNAL; /* locked: the fork took our locks first */
+
+/* ---- page_cache.c: the owner's calls but heap_cache_purge (purger or
+ * malloc_trim, heaps lock held: releases the memory of pages cached for
+ * min_age_ms, which stay cached, clean) ---- */
+void page_cache_push(struct heap *heap, struct page *page) INTERNAL; /* an emptied page */
+/* A cached page for class cls (best: same class, free list intact), else one
+ * of `slices` slices; NULL if none. *reusable: its free list can stay. */
+struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned slices,
+                             bool *reusable) INTERNAL;
+void page_cache_flush(struct heap *heap, bool everything) INTERNAL; /* or those past the delay */
+void page_cache_give_back_frozen(struct heap *heap) INTERNAL;       /* fork child */
 size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) INTERNAL;
 void heap_page_empty(struct heap *heap, struct page *page) INTERNAL;
