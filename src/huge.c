@@ -21,9 +21,15 @@ struct huge_entry {
 };
 
 struct spin_lock g_huge_lock = SPIN_LOCK_INIT;
-static struct huge_entry *table; /* huge lock */
-static size_t table_capacity;    /* huge lock; power of two */
-static size_t table_used;        /* huge lock; live + deleted entries */
+/* The first entries need no mapping: a program's first huge blocks then
+ * never fail for metadata when address space is short (under RLIMIT_AS a
+ * 32 KiB table mapped after the block's own was refused, so the block went
+ * back and malloc returned NULL), and one with few huge blocks maps none. */
+#define TABLE_INITIAL 64
+static struct huge_entry initial_table[TABLE_INITIAL];
+static struct huge_entry *table = initial_table; /* huge lock */
+static size_t table_capacity = TABLE_INITIAL;    /* huge lock; power of two */
+static size_t table_used;                        /* huge lock; live + deleted entries */
 
 /* direct mappings only (glibc's mmapped chunks): the arena counts its own */
 _Atomic uint64_t g_huge_count, g_huge_bytes, g_huge_max_bytes, g_huge_max_count;
@@ -33,7 +39,6 @@ static size_t hash_address(uintptr_t a) {
 }
 
 static struct huge_entry *table_find(uintptr_t user) {
-    if (table_capacity == 0) return NULL;
     size_t mask = table_capacity - 1;
     for (size_t i = hash_address(user) & mask;; i = (i + 1) & mask) {
         if (table[i].user == user) return &table[i];
@@ -42,7 +47,7 @@ static struct huge_entry *table_find(uintptr_t user) {
 }
 
 static bool table_grow(void) {
-    size_t capacity = table_capacity ? table_capacity * 2 : 1024;
+    size_t capacity = table_capacity < 1024 ? 1024 : table_capacity * 2;
     struct huge_entry *fresh = os_map(capacity * sizeof *fresh);
     if (fresh == NULL) return false;
     for (size_t j = 0; j < table_capacity; j++) {
@@ -55,7 +60,7 @@ static bool table_grow(void) {
     size_t live = 0;
     for (size_t j = 0; j < table_capacity; j++)
         live += table[j].user > 1;
-    if (table) os_unmap(table, table_capacity * sizeof *table);
+    if (table != initial_table) os_unmap(table, table_capacity * sizeof *table);
     table = fresh;
     table_capacity = capacity;
     table_used = live;
@@ -72,7 +77,7 @@ static bool table_insert(struct huge_entry entry) {
     /* Growing keeps probes short; without memory for it, a free slot or a
      * tombstone still takes the entry (realloc must not fail for metadata). */
     if ((table_used + 1) * 4 > table_capacity * 3 && !table_grow() &&
-        (table_capacity == 0 || (table_used >= table_capacity && !table_has_tombstone())))
+        table_used >= table_capacity && !table_has_tombstone())
         return false;
     size_t mask = table_capacity - 1;
     size_t i = hash_address(entry.user) & mask;

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -178,6 +179,15 @@ void *os_remap(void *address, size_t old_size, size_t new_size) {
     else
         atomic_fetch_sub_explicit(&g_os.bytes_mapped, old_size - new_size, memory_order_relaxed);
     return (void *)r;
+}
+
+uint64_t os_address_space_limit(void) {
+    struct {
+        uint64_t soft, hard;
+    } limit;
+    /* prlimit64 on the process itself: getrlimit's answer, without libc */
+    if (raw_syscall6(SYS_prlimit64, 0, RLIMIT_AS, 0, (long)&limit, 0, 0) != 0) return UINT64_MAX;
+    return limit.soft;
 }
 
 bool os_protect_none(void *address, size_t size) {

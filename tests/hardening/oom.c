@@ -4,6 +4,8 @@
  *   oom table  huge-block realloc when the huge table must grow and cannot
  *   oom arena  a block above the mmap threshold, then small blocks, when only
  *              the arena's chunks, a few blocks in each, hold free address space
+ *   oom reserve the arena's first chunk leaves the program room for its own
+ *              mappings under the limit
  * The address space is capped with setrlimit(RLIMIT_AS) inside the process:
  * 200 MiB (or 200 MiB above the current size, if that is already over 64 MiB).
  * Every function must eventually return NULL with errno == ENOMEM
@@ -20,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -479,6 +482,28 @@ static void arena_space(void) {
         free(blocks[i]);
 }
 
+/* ---- what one arena block reserves under an address-space limit ---- */
+static void arena_reserve(void) {
+    if (mallopt(M_MMAP_THRESHOLD, MIB) != 1) FAIL("mallopt(M_MMAP_THRESHOLD) refused");
+    size_t base = vm_size();
+    set_limit(base + 256 * MIB);
+    unsigned char *block = malloc(300000); /* from the arena: a chunk is mapped */
+    if (block == NULL) FAIL("malloc(300000) failed under a 256 MiB limit");
+    memset(block, 1, 300000);
+    size_t reserved = vm_size() - base;
+    say(1, "malloc(300000) took %zu MiB of address space\n", reserved / MIB);
+    /* The program's own mapping, as a file or a thread stack would be. */
+    void *own = mmap(NULL, 200 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (own == MAP_FAILED)
+        FAIL("a 200 MiB mapping of the program's own failed beside one 300000-byte block "
+             "(%zu MiB reserved)",
+             reserved / MIB);
+    munmap(own, 200 * MIB);
+    for (size_t i = 0; i < 300000; i += 4096)
+        if (block[i] != 1) FAIL("the block lost its contents");
+    free(block);
+}
+
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *mode = argc > 1 ? argv[1] : "st";
@@ -490,8 +515,10 @@ int main(int argc, char **argv) {
         huge_table();
     else if (strcmp(mode, "arena") == 0)
         arena_space();
+    else if (strcmp(mode, "reserve") == 0)
+        arena_reserve();
     else
-        FAIL("usage: oom st|mt|table|arena");
+        FAIL("usage: oom st|mt|table|arena|reserve");
     say(1, "ok\n");
     return 0;
 }
