@@ -166,13 +166,13 @@ static int chunk_add(size_t size) {
         if (chunks[i].base == 0) slot = i;
     if (slot < 0 || extent_count == ARENA_EXTENTS_MAX) return -1;
     /* Address space short (RLIMIT_AS): halve the chunk down to 16 MiB, then
-     * one of the request's size. Under such a limit (ulimit -v, a batch
-     * scheduler's, a sandbox's) a chunk starts at a sixteenth of it: a
+     * one of the request's size. Under such a limit (ulimit -v or -d, a
+     * batch scheduler's, a sandbox's) a chunk starts at a sixteenth of it: a
      * chunk's address space counts in full, and one of 256 MiB for a 300 KB
      * block would leave the program's own mappings (thread stacks, files)
      * without room. */
     size_t chunk_size = ARENA_CHUNK_SIZE;
-    for (uint64_t limit = os_address_space_limit();
+    for (uint64_t limit = os_mapping_limit();
          chunk_size > ARENA_CHUNK_MIN && chunk_size > limit / 16;)
         chunk_size /= 2;
     void *base = NULL;

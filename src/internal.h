@@ -159,9 +159,9 @@ void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
 void *os_map_block(size_t size) INTERNAL;
 void *os_map_segment(void) INTERNAL; /* SEGMENT_SIZE-aligned, NULL on failure */
 bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
-uint64_t os_address_space_limit(void) INTERNAL; /* RLIMIT_AS's soft limit; UINT64_MAX: none */
-uint64_t os_thread_run_wait_ns(void) INTERNAL;  /* runnable, not running: 0 if unknown */
-uint64_t os_process_cpu_us(void) INTERNAL;      /* CPU time of all threads */
+uint64_t os_mapping_limit(void) INTERNAL; /* RLIMIT_AS or _DATA, the smaller; UINT64_MAX: none */
+uint64_t os_thread_run_wait_ns(void) INTERNAL; /* runnable, not running: 0 if unknown */
+uint64_t os_process_cpu_us(void) INTERNAL;     /* CPU time of all threads */
 uint64_t os_monotonic_us(void) INTERNAL;
 uint64_t os_read_number_after(const char *path, const char *key) INTERNAL; /* 0: none */
 void os_clock_init(void) INTERNAL;                       /* finds the vDSO's clock_gettime */

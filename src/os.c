@@ -181,13 +181,21 @@ void *os_remap(void *address, size_t old_size, size_t new_size) {
     return (void *)r;
 }
 
-uint64_t os_address_space_limit(void) {
-    struct {
-        uint64_t soft, hard;
-    } limit;
-    /* prlimit64 on the process itself: getrlimit's answer, without libc */
-    if (raw_syscall6(SYS_prlimit64, 0, RLIMIT_AS, 0, (long)&limit, 0, 0) != 0) return UINT64_MAX;
-    return limit.soft;
+/* The smaller soft limit of the two that count a private writable mapping
+ * (RLIMIT_DATA does since Linux 4.7, mapped or touched alike). */
+uint64_t os_mapping_limit(void) {
+    uint64_t smallest = UINT64_MAX;
+    static const int resources[] = {RLIMIT_AS, RLIMIT_DATA};
+    for (unsigned i = 0; i < sizeof resources / sizeof resources[0]; i++) {
+        struct {
+            uint64_t soft, hard;
+        } limit;
+        /* prlimit64 on the process itself: getrlimit's answer, without libc */
+        if (raw_syscall6(SYS_prlimit64, 0, resources[i], 0, (long)&limit, 0, 0) == 0 &&
+            limit.soft < smallest)
+            smallest = limit.soft;
+    }
+    return smallest;
 }
 
 bool os_protect_none(void *address, size_t size) {

@@ -5,7 +5,7 @@
  *   oom arena  a block above the mmap threshold, then small blocks, when only
  *              the arena's chunks, a few blocks in each, hold free address space
  *   oom reserve the arena's first chunk leaves the program room for its own
- *              mappings under the limit
+ *              mappings under the limit (reserve-data: under RLIMIT_DATA)
  * The address space is capped with setrlimit(RLIMIT_AS) inside the process:
  * 200 MiB (or 200 MiB above the current size, if that is already over 64 MiB).
  * Every function must eventually return NULL with errno == ENOMEM
@@ -18,6 +18,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -483,15 +484,30 @@ static void arena_space(void) {
 }
 
 /* ---- what one arena block reserves under an address-space limit ---- */
-static void arena_reserve(void) {
+/* A number of KiB from /proc/self/status ("VmData:"), in bytes. */
+static size_t status_bytes(const char *key) {
+    char line[256];
+    size_t kib = 0, length = strlen(key);
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, length) == 0) kib = strtoull(line + length, NULL, 10);
+    if (f) fclose(f);
+    return kib * 1024;
+}
+
+/* resource: RLIMIT_AS (all mappings count) or RLIMIT_DATA (private writable
+ * ones, since Linux 4.7): 256 MiB above what the process has. */
+static void arena_reserve(int resource) {
     if (mallopt(M_MMAP_THRESHOLD, MIB) != 1) FAIL("mallopt(M_MMAP_THRESHOLD) refused");
-    size_t base = vm_size();
-    set_limit(base + 256 * MIB);
+    bool data = resource == RLIMIT_DATA;
+    size_t base = data ? status_bytes("VmData:") : vm_size();
+    struct rlimit r = {base + 256 * MIB, RLIM_INFINITY};
+    if (setrlimit(resource, &r) != 0) FAIL("setrlimit failed: %s", strerror(errno));
     unsigned char *block = malloc(300000); /* from the arena: a chunk is mapped */
     if (block == NULL) FAIL("malloc(300000) failed under a 256 MiB limit");
     memset(block, 1, 300000);
-    size_t reserved = vm_size() - base;
-    say(1, "malloc(300000) took %zu MiB of address space\n", reserved / MIB);
+    size_t reserved = (data ? status_bytes("VmData:") : vm_size()) - base;
+    say(1, "%s: malloc(300000) took %zu MiB\n", data ? "RLIMIT_DATA" : "RLIMIT_AS", reserved / MIB);
     /* The program's own mapping, as a file or a thread stack would be. */
     void *own = mmap(NULL, 200 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (own == MAP_FAILED)
@@ -516,9 +532,11 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "arena") == 0)
         arena_space();
     else if (strcmp(mode, "reserve") == 0)
-        arena_reserve();
+        arena_reserve(RLIMIT_AS);
+    else if (strcmp(mode, "reserve-data") == 0)
+        arena_reserve(RLIMIT_DATA);
     else
-        FAIL("usage: oom st|mt|table|arena|reserve");
+        FAIL("usage: oom st|mt|table|arena|reserve|reserve-data");
     say(1, "ok\n");
     return 0;
 }
