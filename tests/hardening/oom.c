@@ -5,7 +5,8 @@
  *   oom arena  a block above the mmap threshold, then small blocks, when only
  *              the arena's chunks, a few blocks in each, hold free address space
  *   oom reserve the arena's first chunk leaves the program room for its own
- *              mappings under the limit (reserve-data: under RLIMIT_DATA)
+ *              mappings under the limit
+ * After the mode, "data": the limit is RLIMIT_DATA instead of RLIMIT_AS.
  * The address space is capped with setrlimit(RLIMIT_AS) inside the process:
  * 200 MiB (or 200 MiB above the current size, if that is already over 64 MiB).
  * Every function must eventually return NULL with errno == ENOMEM
@@ -18,7 +19,6 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
-#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,7 +48,24 @@ static void say(int fd, const char *format, ...) {
         _exit(1);                                                                                  \
     } while (0)
 
+/* A number of KiB from /proc/self/status ("VmData:"), in bytes. */
+static size_t status_bytes(const char *key) {
+    char line[256];
+    size_t kib = 0, length = strlen(key);
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        if (strncmp(line, key, length) == 0) kib = strtoull(line + length, NULL, 10);
+    if (f) fclose(f);
+    return kib * 1024;
+}
+
+/* The limit the tests set: RLIMIT_AS, or with "data" after the mode
+ * RLIMIT_DATA (private writable mappings, counted since Linux 4.7). */
+static int limit_resource = RLIMIT_AS;
+
+/* What the limit counts now. */
 static size_t vm_size(void) {
+    if (limit_resource == RLIMIT_DATA) return status_bytes("VmData:");
     char buffer[128];
     FILE *f = fopen("/proc/self/statm", "r");
     size_t pages = 0;
@@ -59,7 +76,8 @@ static size_t vm_size(void) {
 
 static void set_limit(size_t bytes) {
     struct rlimit r = {bytes, RLIM_INFINITY};
-    if (setrlimit(RLIMIT_AS, &r) != 0) FAIL("setrlimit(%zu) failed: %s", bytes, strerror(errno));
+    if (setrlimit(limit_resource, &r) != 0)
+        FAIL("setrlimit(%zu) failed: %s", bytes, strerror(errno));
 }
 
 enum fn {
@@ -484,30 +502,16 @@ static void arena_space(void) {
 }
 
 /* ---- what one arena block reserves under an address-space limit ---- */
-/* A number of KiB from /proc/self/status ("VmData:"), in bytes. */
-static size_t status_bytes(const char *key) {
-    char line[256];
-    size_t kib = 0, length = strlen(key);
-    FILE *f = fopen("/proc/self/status", "r");
-    while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, key, length) == 0) kib = strtoull(line + length, NULL, 10);
-    if (f) fclose(f);
-    return kib * 1024;
-}
-
-/* resource: RLIMIT_AS (all mappings count) or RLIMIT_DATA (private writable
- * ones, since Linux 4.7): 256 MiB above what the process has. */
-static void arena_reserve(int resource) {
+/* 256 MiB above what the process has. */
+static void arena_reserve(void) {
     if (mallopt(M_MMAP_THRESHOLD, MIB) != 1) FAIL("mallopt(M_MMAP_THRESHOLD) refused");
-    bool data = resource == RLIMIT_DATA;
-    size_t base = data ? status_bytes("VmData:") : vm_size();
-    struct rlimit r = {base + 256 * MIB, RLIM_INFINITY};
-    if (setrlimit(resource, &r) != 0) FAIL("setrlimit failed: %s", strerror(errno));
+    size_t base = vm_size();
+    set_limit(base + 256 * MIB);
     unsigned char *block = malloc(300000); /* from the arena: a chunk is mapped */
     if (block == NULL) FAIL("malloc(300000) failed under a 256 MiB limit");
     memset(block, 1, 300000);
-    size_t reserved = (data ? status_bytes("VmData:") : vm_size()) - base;
-    say(1, "%s: malloc(300000) took %zu MiB\n", data ? "RLIMIT_DATA" : "RLIMIT_AS", reserved / MIB);
+    size_t reserved = vm_size() - base;
+    say(1, "malloc(300000) took %zu MiB of the limit\n", reserved / MIB);
     /* The program's own mapping, as a file or a thread stack would be. */
     void *own = mmap(NULL, 200 * MIB, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (own == MAP_FAILED)
@@ -523,6 +527,7 @@ static void arena_reserve(int resource) {
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IONBF, 0);
     const char *mode = argc > 1 ? argv[1] : "st";
+    if (argc > 2 && strcmp(argv[2], "data") == 0) limit_resource = RLIMIT_DATA;
     if (strcmp(mode, "st") == 0)
         single_threaded();
     else if (strcmp(mode, "mt") == 0)
@@ -532,11 +537,9 @@ int main(int argc, char **argv) {
     else if (strcmp(mode, "arena") == 0)
         arena_space();
     else if (strcmp(mode, "reserve") == 0)
-        arena_reserve(RLIMIT_AS);
-    else if (strcmp(mode, "reserve-data") == 0)
-        arena_reserve(RLIMIT_DATA);
+        arena_reserve();
     else
-        FAIL("usage: oom st|mt|table|arena|reserve|reserve-data");
+        FAIL("usage: oom st|mt|table|arena|reserve [data]");
     say(1, "ok\n");
     return 0;
 }
