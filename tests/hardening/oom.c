@@ -458,11 +458,12 @@ static void arena_space(void) {
     }
     if (count == MAX_BLOCKS) FAIL("512 MiB allocated, RLIMIT_AS ignored?");
     if (errno != ENOMEM) FAIL("malloc(1 MiB) failed with errno %d, not ENOMEM", errno);
-    /* The first 64 blocks lie in the first chunk (128 MiB under this limit),
-     * carved in order; the later ones in smaller chunks, down to chunks of
-     * one block at the end, which would go back whole if their blocks were
-     * freed. So free 60 of the first 64, keeping every 16th: free runs of
-     * 15 MiB in chunks that cannot go back, and nowhere else to map 12 MiB. */
+    /* The first 64 blocks lie in the first chunks (16 MiB each under this
+     * limit, a sixteenth of it at the least), carved in order; the last ones
+     * may lie in chunks of one block, which would go back whole if their
+     * blocks were freed. So free 60 of the first 64, keeping every 16th:
+     * free runs of 15 MiB in chunks that cannot go back, and nowhere else to
+     * map 12 MiB. */
     if (count < 80) FAIL("only %d MiB of 1 MiB blocks under a 160 MiB limit", count);
     int kept = 0;
     for (int i = 0; i < count; i++) {
