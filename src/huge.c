@@ -18,6 +18,9 @@ struct huge_entry {
     bool arena;      /* taken from the arena, and given back to it */
     bool hugetlb;    /* on explicit huge pages (os_map_huge_pages): mremap,
                         which wants whole huge pages, is not tried */
+    bool moving;     /* realloc's mremap is at work on it, lock dropped:
+                        lookups see no block (another entry may then take
+                        the same address, once the old range is unmapped) */
 };
 
 struct spin_lock g_huge_lock = SPIN_LOCK_INIT;
@@ -38,12 +41,16 @@ static size_t hash_address(uintptr_t a) {
     return (size_t)((a >> 12) * 0x9E3779B97F4A7C15ull);
 }
 
-static struct huge_entry *table_find(uintptr_t user) {
+static struct huge_entry *table_find_in(uintptr_t user, bool moving) {
     size_t mask = table_capacity - 1;
     for (size_t i = hash_address(user) & mask;; i = (i + 1) & mask) {
-        if (table[i].user == user) return &table[i];
+        if (table[i].user == user && table[i].moving == moving) return &table[i];
         if (table[i].user == 0) return NULL;
     }
+}
+
+static struct huge_entry *table_find(uintptr_t user) {
+    return table_find_in(user, false);
 }
 
 static bool table_grow(void) {
@@ -171,7 +178,8 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     }
     if (base == 0) return NULL;
     uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    if (!huge_register((struct huge_entry){user, base, mapped, retain_on_free, in_arena, hugetlb}))
+    if (!huge_register(
+            (struct huge_entry){user, base, mapped, retain_on_free, in_arena, hugetlb, false}))
         return NULL;
     /* the arena's clean pages read as zeros: only those up to the last dirty one */
     if (zero_needed && dirty_end > user) memset((void *)user, 0, dirty_end - user);
@@ -266,18 +274,23 @@ void *huge_realloc(void *p, size_t size) {
         spin_unlock(&g_huge_lock);
         return p;
     }
-    found->user = 1; /* out of the table while it moves */
+    /* It keeps its slot while it moves, so that coming back cannot fail
+     * for want of one (other threads could fill the table meanwhile). */
+    found->moving = true;
     spin_unlock(&g_huge_lock);
     void *moved = os_remap((void *)entry.base, entry.map_size, map_size);
-    struct huge_entry updated = entry;
+    spin_lock(&g_huge_lock);
+    found = table_find_in(entry.user, true); /* the table may have grown meanwhile */
+    found->moving = false;
     if (moved) {
+        /* a new address, a new slot: the tombstone left is room for it */
+        struct huge_entry updated = entry;
         updated.user = updated.base = (uintptr_t)moved;
         updated.map_size = map_size;
+        found->user = 1;
+        if (!table_insert(updated)) fatal_error("realloc(): huge block table corrupted");
     }
-    spin_lock(&g_huge_lock);
-    bool ok = table_insert(updated);
     spin_unlock(&g_huge_lock);
-    if (!ok) fatal_error("realloc(): out of memory for metadata");
     if (moved) {
         note_live(entry.map_size, false);
         note_live(map_size, true);
@@ -299,6 +312,7 @@ void *huge_alloc_guarded(size_t size, size_t alignment) {
     uintptr_t guard = base + map_size - OS_PAGE_SIZE;
     os_protect_none((void *)guard, OS_PAGE_SIZE);
     uintptr_t user = (guard - body) & ~(uintptr_t)(alignment - 1);
-    if (!huge_register((struct huge_entry){user, base, map_size, false, false, false})) return NULL;
+    if (!huge_register((struct huge_entry){user, base, map_size, false, false, false, false}))
+        return NULL;
     return (void *)user;
 }
