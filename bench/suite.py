@@ -158,14 +158,13 @@ def summarise(benches, allocs, results):
                                       rss_kernel=median([r["rss_kernel"] for r in runs]),
                                       faults=median([r["faults"] for r in runs]),
                                       n=len(runs))
-        peers = [row[a["name"]] for a in allocs if a["peer"] and a["name"] in row]
+        peers = [a["name"] for a in allocs if a["peer"] and a["name"] in row]
         for key, ratio in RATIOS:
-            best = min((p[key] for p in peers), default=None)
+            best = min((row[p][key] for p in peers), default=None)
             for v in row.values():
                 v[ratio] = v[key] / best if best else float("nan")
-        best_t = min((p["wall"] for p in peers), default=None)
-        row["_best"] = ([a["name"] for a in allocs if a["peer"] and a["name"] in row
-                         and row[a["name"]]["wall"] == best_t] or ["-"])[0]
+        # the fastest peer (the first of a tie, in the suite's order)
+        row["_best"] = min(peers, key=lambda p: row[p]["wall"], default="-")
         s[b["name"]] = row
     s["_geo"] = {a["name"]: {ratio: geomean([s[b["name"]][a["name"]][ratio] for b in benches
                                              if a["name"] in s[b["name"]]])
