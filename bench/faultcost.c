@@ -3,8 +3,8 @@
  * and the refault after it, the first write after mremap moved a resident
  * mapping, and a copy between resident pages. On a virtual machine these
  * vary from host to host by several times, and they decide what an
- * allocator's release policy costs (docs/benchmarks.md, twentieth
- * session). No allocator is involved: it maps its own memory.
+ * allocator's release policy costs (docs/benchmark-history.md,
+ * twentieth session). No allocator is involved: it maps its own memory.
  *
  * usage: faultcost [MiB] [rounds] */
 #include "common.h"

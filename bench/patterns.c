@@ -1,5 +1,5 @@
 /* Allocation patterns outside the `make bench` suite, each a known weak spot
- * once (docs/benchmarks.md says what was measured with them):
+ * once (docs/benchmark-history.md says what was measured with them):
  *
  *   patterns realloc-grow MIB STEP REPS  grow one buffer STEP bytes at a time
  *                                        to MIB MiB with realloc, REPS times

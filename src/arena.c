@@ -12,7 +12,7 @@
  * fresh mapping (every page a fault) or had a cached one grown or moved with
  * mremap, and on a host with shadow page tables a page that mremap moved
  * costs microseconds at its next write. `large`: 1.26 -> 0.78 s, peak RSS
- * 104.4 -> 89.7 MiB, faults 60k -> 45k (docs/benchmarks.md, 24th session).
+ * 104.4 -> 89.7 MiB, faults 60k -> 45k (docs/benchmark-history.md, 24th session).
  *
  * Everything here runs under g_huge_lock, which fork takes, except the
  * system calls of a release, made on extents taken off the list first. */
