@@ -130,6 +130,20 @@ static bool huge_register(struct huge_entry entry) {
     return true;
 }
 
+/* Gives back `size` bytes at `start` of a block's new range that the block
+ * does not use: to the arena, dirty if the range taken was dirty there, or
+ * to the kernel. */
+static void huge_trim(uintptr_t start, size_t size, bool in_arena, uintptr_t dirty_end) {
+    if (size == 0) return;
+    if (in_arena) {
+        spin_lock(&g_huge_lock);
+        arena_give(start, size, dirty_end > start);
+        spin_unlock(&g_huge_lock);
+    } else {
+        os_unmap((void *)start, size);
+    }
+}
+
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
     if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
     if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
@@ -178,6 +192,18 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     }
     if (base == 0) return NULL;
     uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    /* The room an alignment past a page needed goes back, before the block
+     * and after it: posix_memalign(2 MiB, 4096) held 2 MiB of the arena's
+     * address space, or of a mapping's, until freed (glibc puts the head and
+     * the tail back in its heap). Explicit huge pages stay whole. */
+    if (alignment > OS_PAGE_SIZE && !hugetlb) {
+        size_t kept = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
+        huge_trim(base, user - base, in_arena, dirty_end);
+        huge_trim(user + kept, base + mapped - (user + kept), in_arena, dirty_end);
+        if (dirty_end > user + kept) dirty_end = user + kept;
+        base = user;
+        mapped = kept;
+    }
     if (!huge_register(
             (struct huge_entry){user, base, mapped, retain_on_free, in_arena, hugetlb, false}))
         return NULL;
