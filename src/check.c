@@ -13,9 +13,8 @@
 
 #include "internal.h"
 
-#define CANARY_BYTE 0xa5
-#define FREE_FILL   0xdf
-#define LINK_WORDS  sizeof(struct block) /* the free-list words are not filled */
+#define FREE_FILL  0xdf
+#define LINK_WORDS sizeof(struct block) /* the free-list words are not filled */
 
 static void secure_write_trailer(unsigned char *p, size_t usable, size_t size) {
     memset(p + size, CANARY_BYTE, usable - 4 - size);

@@ -10,17 +10,20 @@
 #include "internal.h"
 
 struct huge_entry {
-    uintptr_t user;  /* address returned to the caller; 0 = empty, 1 = deleted */
-    uintptr_t base;  /* start of the mapping, or of the arena's range */
-    size_t map_size; /* bytes mapped (or taken from the arena) */
-    bool retain;     /* allocated below the mmap threshold: freeing it does
-                        not move the dynamic threshold */
-    bool arena;      /* taken from the arena, and given back to it */
-    bool hugetlb;    /* on explicit huge pages (os_map_huge_pages): mremap,
-                        which wants whole huge pages, is not tried */
-    bool moving;     /* realloc's mremap is at work on it, lock dropped:
-                        lookups see no block (another entry may then take
-                        the same address, once the old range is unmapped) */
+    uintptr_t user;   /* address returned to the caller; 0 = empty, 1 = deleted */
+    uintptr_t base;   /* start of the mapping, or of the arena's range */
+    size_t map_size;  /* bytes mapped (or taken from the arena) */
+    bool retain;      /* allocated below the mmap threshold: freeing it does
+                         not move the dynamic threshold */
+    bool arena;       /* taken from the arena, and given back to it */
+    bool hugetlb;     /* on explicit huge pages (os_map_huge_pages): mremap,
+                         which wants whole huge pages, is not tried */
+    bool moving;      /* realloc's mremap is at work on it, lock dropped:
+                         lookups see no block (another entry may then take
+                         the same address, once the old range is unmapped) */
+    bool guarded;     /* secure mode: a guard page ends the mapping, and the
+                         bytes from user + requested up to it are a canary */
+    size_t requested; /* guarded: the size asked for (its usable size) */
 };
 
 struct spin_lock g_huge_lock = SPIN_LOCK_INIT;
@@ -204,12 +207,26 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         base = user;
         mapped = kept;
     }
-    if (!huge_register(
-            (struct huge_entry){user, base, mapped, retain_on_free, in_arena, hugetlb, false}))
+    if (!huge_register((struct huge_entry){.user = user,
+                                           .base = base,
+                                           .map_size = mapped,
+                                           .retain = retain_on_free,
+                                           .arena = in_arena,
+                                           .hugetlb = hugetlb}))
         return NULL;
     /* the arena's clean pages read as zeros: only those up to the last dirty one */
     if (zero_needed && dirty_end > user) memset((void *)user, 0, dirty_end - user);
     return (void *)user;
+}
+
+/* A guarded block's canary, from its requested end to the guard page. */
+static bool guarded_canary_intact(const struct huge_entry *entry) {
+    const unsigned char *from = (const unsigned char *)(entry->user + entry->requested);
+    const unsigned char *guard =
+        (const unsigned char *)(entry->base + entry->map_size - OS_PAGE_SIZE);
+    for (; from < guard; from++)
+        if (*from != CANARY_BYTE) return false;
+    return true;
 }
 
 bool huge_free(void *p) {
@@ -220,6 +237,10 @@ bool huge_free(void *p) {
         return false;
     }
     struct huge_entry entry = *found;
+    if (entry.guarded && !guarded_canary_intact(&entry)) {
+        spin_unlock(&g_huge_lock);
+        fatal_error("free(): heap overflow detected (canary)");
+    }
     found->user = 1; /* deleted */
     /* aggressive mode: released at once, as a mapping of its own would be */
     bool release = entry.arena && OPTION(aggressive_madvise);
@@ -242,13 +263,13 @@ bool huge_free(void *p) {
     return true;
 }
 
-size_t huge_usable_size(const void *p) {
+bool huge_usable_size(const void *p, size_t *usable) {
     spin_lock(&g_huge_lock);
     struct huge_entry *found = table_find((uintptr_t)p);
-    size_t usable = found ? found->base + found->map_size - found->user : 0;
-    if (found && g_options.secure) usable -= OS_PAGE_SIZE; /* the guard page */
+    if (found)
+        *usable = found->guarded ? found->requested : found->base + found->map_size - found->user;
     spin_unlock(&g_huge_lock);
-    return usable;
+    return found != NULL;
 }
 
 /* Grows the mapping with mremap (in place when the kernel can, else it moves
@@ -260,7 +281,7 @@ void *huge_realloc(void *p, size_t size) {
     size_t map_size = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
     spin_lock(&g_huge_lock);
     struct huge_entry *found = table_find((uintptr_t)p);
-    if (found == NULL || found->user != found->base) {
+    if (found == NULL || found->user != found->base || found->guarded) {
         spin_unlock(&g_huge_lock);
         return NULL;
     }
@@ -324,7 +345,15 @@ void *huge_realloc(void *p, size_t size) {
     return moved;
 }
 
-/* Secure mode: the block ends right before a PROT_NONE page. */
+/* Secure mode's blocks too big for a class: a mapping of their own that a
+ * guard page ends. The block ends as near the guard as its alignment lets
+ * it (flush with it at 16 bytes, so that an overflow faults at once); the
+ * bytes from its requested end to the guard, fewer than a page and 16, are
+ * a canary that free checks, so that a 1-byte overflow is caught there too
+ * (it went unnoticed within the 15 bytes of rounding before 2026-12-03,
+ * and within up to an alignment's room with memalign). An alignment past a
+ * page puts the block at its mapping's start, the room before it and past
+ * the guard given back. */
 void *huge_alloc_guarded(size_t size, size_t alignment) {
     if (alignment < ALIGNMENT) alignment = ALIGNMENT;
     if (size > PTRDIFF_MAX - alignment - 2 * OS_PAGE_SIZE) return NULL;
@@ -335,10 +364,23 @@ void *huge_alloc_guarded(size_t size, size_t alignment) {
         ((body + alignment + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1)) + OS_PAGE_SIZE;
     uintptr_t base = (uintptr_t)os_map_block(map_size);
     if (base == 0) return NULL;
-    uintptr_t guard = base + map_size - OS_PAGE_SIZE;
+    uintptr_t user, guard;
+    if (alignment <= OS_PAGE_SIZE) {
+        guard = base + map_size - OS_PAGE_SIZE;
+        user = (guard - body) & ~(uintptr_t)(alignment - 1);
+    } else {
+        user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
+        guard = (user + body + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
+        uintptr_t end = guard + OS_PAGE_SIZE;
+        if (user > base) os_unmap((void *)base, user - base);
+        if (base + map_size > end) os_unmap((void *)end, base + map_size - end);
+        base = user;
+        map_size = end - user;
+    }
     os_protect_none((void *)guard, OS_PAGE_SIZE);
-    uintptr_t user = (guard - body) & ~(uintptr_t)(alignment - 1);
-    if (!huge_register((struct huge_entry){user, base, map_size, false, false, false, false}))
+    memset((void *)(user + size), CANARY_BYTE, guard - (user + size));
+    if (!huge_register((struct huge_entry){
+            .user = user, .base = base, .map_size = map_size, .guarded = true, .requested = size}))
         return NULL;
     return (void *)user;
 }

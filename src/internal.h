@@ -533,7 +533,7 @@ void heap_freed_block_check(struct page *page, struct block *b, const char *mess
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
 bool huge_free(void *p) INTERNAL;                                 /* false: not ours */
-size_t huge_usable_size(const void *p) INTERNAL;                  /* 0: not ours */
+bool huge_usable_size(const void *p, size_t *usable) INTERNAL;    /* false: not ours */
 void *huge_realloc(void *p, size_t size) INTERNAL;                /* NULL: could not, p untouched */
 extern struct spin_lock g_huge_lock INTERNAL;
 extern _Atomic uint64_t g_huge_count INTERNAL;
@@ -585,7 +585,8 @@ void remote_batches_flush(struct heap *heap) INTERNAL;        /* pushes every ba
 bool remote_batch_open_for(const struct page *page) INTERNAL; /* some heap batches its blocks */
 
 /* ---- check.c: secure mode and MALLOC_PERTURB_ ---- */
-#define SECURE_TRAILER 5 /* at least one canary byte, then the requested size (4 bytes) */
+#define SECURE_TRAILER 5    /* at least one canary byte, then the requested size (4 bytes) */
+#define CANARY_BYTE    0xa5 /* secure mode: what fills the bytes past a block's requested size */
 void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) INTERNAL;
 void checked_before_free(struct page *page, struct block *b) INTERNAL;
 void aggressive_release_block(const struct page *page, struct block *b) INTERNAL;

@@ -30,6 +30,8 @@ expect_ok() {
 }
 
 expect_signal secure-overflow 6 "free(): heap overflow detected" MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" overflow
+expect_signal secure-overflow-huge 6 "free(): heap overflow detected" MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" overflow-huge
+expect_signal secure-overflow-aligned 6 "free(): heap overflow detected" MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" overflow-aligned
 expect_signal secure-write-after-free 6 "malloc(): write after free detected" MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" write-after-free
 expect_signal secure-guard-page 11 "" TIDEMALLOC_SECURE=1 LD_PRELOAD="$lib" "$bin/secure" guard
 expect_ok secure-clean-program MALLOC_CHECK_=3 LD_PRELOAD="$lib" "$bin/secure" clean

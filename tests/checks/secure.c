@@ -65,6 +65,22 @@ int main(int argc, char **argv) {
         free(p);
         return 0;
     }
+    /* Blocks too big for a class: one byte past the request lies in the
+     * rounding before the guard page (300001 bytes, rounded to 300016), or
+     * in the room an alignment leaves (100 bytes aligned to 1 MiB): the
+     * canary there catches it at free. */
+    if (strcmp(c, "overflow-huge") == 0) {
+        char *volatile p = malloc(300001);
+        p[300001] = 1;
+        free(p);
+        return 0;
+    }
+    if (strcmp(c, "overflow-aligned") == 0) {
+        char *volatile p = memalign((size_t)1 << 20, 100);
+        p[100] = 1;
+        free(p);
+        return 0;
+    }
     if (strcmp(c, "write-after-free") == 0) { /* must abort in malloc */
         char *volatile p = malloc(200);
         free(p);
@@ -99,12 +115,29 @@ int main(int argc, char **argv) {
         void *a = memalign(256, 1000);
         if (((unsigned long)a & 255) != 0) return fail("memalign");
         free(a);
+        /* blocks with a guard page: the usable size is the request too, every
+         * byte of it can be written, realloc keeps it, free finds the canary
+         * intact */
+        for (int i = 0; i < 24; i++) {
+            size_t n = 290000 + (size_t)i * 4099, align = (size_t)16 << (i % 18);
+            char *p = memalign(align, n);
+            if (p == NULL || ((unsigned long)p & (align - 1)) != 0) return fail("big memalign");
+            if (malloc_usable_size(p) != n)
+                return fail("big block's usable size is not the request");
+            memset(p, 0x33, n);
+            p = realloc(p, n + 5000);
+            if (p == NULL || p[n - 1] != 0x33 || malloc_usable_size(p) != n + 5000)
+                return fail("big block's realloc");
+            memset(p, 0x44, n + 5000);
+            free(p);
+        }
         /* guarded mappings of 0 bytes: the block never starts on the guard
-         * page (one in 16 did, and malloc_usable_size aborted) */
+         * page (one in 16 did, and malloc_usable_size aborted); its usable
+         * size is its request, 0 */
         void *zero[64];
         for (int i = 0; i < 64; i++) {
             zero[i] = memalign((size_t)1 << (16 + i % 4), 0);
-            if (zero[i] == NULL || malloc_usable_size(zero[i]) == 0) return fail("memalign(, 0)");
+            if (zero[i] == NULL || malloc_usable_size(zero[i]) != 0) return fail("memalign(, 0)");
         }
         for (int i = 0; i < 64; i++)
             free(zero[i]);
