@@ -8,7 +8,29 @@
 
 #include "internal.h"
 
-void report_invalid_pointer(const char *message) {
+const char g_free_invalid_pointer[] = "free(): invalid pointer";
+
+/* Whether p starts a block that was freed: a large block's page starts a
+ * slice, which is free in its segment once the block is, and whose
+ * descriptor still names the large class (a slice no page has used reads
+ * zero there), or a huge block freed lately. */
+static bool freed_block_at(const void *p) {
+    if (!segment_map_contains((uintptr_t)p)) return huge_recently_freed(p);
+    unsigned slice = (unsigned)((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1);
+    if (((uintptr_t)p & (SLICE_SIZE - 1)) != 0 || slice == 0) return false;
+    struct segment *segment = segment_of(p);
+    spin_lock(&segment->lock);
+    bool free_slice = segment->free_slices >> slice & 1;
+    spin_unlock(&segment->lock);
+    /* relaxed: the owner may set the slice up anew meanwhile; this only
+     * chooses between two messages of an abort */
+    return free_slice &&
+           __atomic_load_n(&segment->pages[slice].class_index, __ATOMIC_RELAXED) == LARGE_CLASS;
+}
+
+void report_invalid_pointer(const void *p, const char *message) {
+    if (message == g_free_invalid_pointer && freed_block_at(p))
+        fatal_error("free(): double free detected");
     fatal_error(message);
 }
 
@@ -196,7 +218,7 @@ static NOINLINE void free_local_checked(struct segment *segment, struct page *pa
 static NOINLINE void free_outside_segments(void *p) {
     if (p == NULL) return;
     int saved = errno;
-    if (!huge_free(p)) report_invalid_pointer("free(): invalid pointer");
+    if (!huge_free(p)) report_invalid_pointer(p, g_free_invalid_pointer);
     errno = saved;
 }
 
@@ -206,7 +228,7 @@ static inline __attribute__((always_inline)) void free_inline(void *p) {
         free_outside_segments(p);
         return;
     }
-    struct page *page = page_of_block(p, "free(): invalid pointer");
+    struct page *page = page_of_block(p, g_free_invalid_pointer);
     struct segment *segment = segment_of(p);
     struct block *b = p;
     /* relaxed: equal only if this thread owns the segment, and then this
@@ -260,7 +282,7 @@ API void __libc_free(void *p) __attribute__((alias("free"), copy(free)));
 size_t block_usable_size(const void *p, const char *message) {
     if (!segment_map_contains((uintptr_t)p)) {
         size_t usable;
-        if (!huge_usable_size(p, &usable)) report_invalid_pointer(message);
+        if (!huge_usable_size(p, &usable)) report_invalid_pointer(p, message);
         return usable;
     }
     struct page *page = page_of_block((void *)p, message);

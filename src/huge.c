@@ -37,6 +37,13 @@ static struct huge_entry *table = initial_table; /* huge lock */
 static size_t table_capacity = TABLE_INITIAL;    /* huge lock; power of two */
 static size_t table_used;                        /* huge lock; live + deleted entries */
 
+/* The addresses of the last huge blocks freed (huge lock): the table keeps
+ * no trace of a block once freed, and a second free of one should say that
+ * it is a double free rather than a pointer never returned. */
+#define FREED_RECENT 64
+static uintptr_t freed_recent[FREED_RECENT];
+static unsigned freed_recent_next;
+
 /* direct mappings only (glibc's mmapped chunks): the arena counts its own */
 _Atomic uint64_t g_huge_count, g_huge_bytes, g_huge_max_bytes, g_huge_max_count;
 
@@ -241,6 +248,7 @@ bool huge_free(void *p) {
         spin_unlock(&g_huge_lock);
         fatal_error("free(): heap overflow detected (canary)");
     }
+    freed_recent[freed_recent_next++ % FREED_RECENT] = entry.user;
     found->user = 1; /* deleted */
     /* aggressive mode: released at once, as a mapping of its own would be */
     bool release = entry.arena && OPTION(aggressive_madvise);
@@ -261,6 +269,15 @@ bool huge_free(void *p) {
     os_unmap((void *)entry.base, entry.map_size);
     if (!entry.retain) options_note_huge_free(entry.map_size + 1); /* glibc counts a header */
     return true;
+}
+
+bool huge_recently_freed(const void *p) {
+    bool found = false;
+    spin_lock(&g_huge_lock);
+    for (unsigned i = 0; i < FREED_RECENT; i++)
+        found |= freed_recent[i] == (uintptr_t)p;
+    spin_unlock(&g_huge_lock);
+    return found;
 }
 
 bool huge_usable_size(const void *p, size_t *usable) {

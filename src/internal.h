@@ -534,7 +534,8 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
 bool huge_free(void *p) INTERNAL;                                 /* false: not ours */
 bool huge_usable_size(const void *p, size_t *usable) INTERNAL;    /* false: not ours */
-void *huge_realloc(void *p, size_t size) INTERNAL;                /* NULL: could not, p untouched */
+bool huge_recently_freed(const void *p) INTERNAL;  /* among the last 64 huge blocks freed */
+void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
 extern struct spin_lock g_huge_lock INTERNAL;
 extern _Atomic uint64_t g_huge_count INTERNAL;
 extern _Atomic uint64_t g_huge_bytes INTERNAL;
@@ -567,7 +568,12 @@ bool purge_everything(size_t pad) INTERNAL;
 void purge_atfork_child(void) INTERNAL;
 
 /* ---- free.c / alloc.c ---- */
-NORETURN void report_invalid_pointer(const char *function) INTERNAL;
+/* p is no live block: aborts with `message`, or, when `message` is
+ * g_free_invalid_pointer and p's memory shows a block freed there (a large
+ * page's first slice free again in its segment, one of the last huge blocks
+ * freed), with free's double-free message. */
+NORETURN void report_invalid_pointer(const void *p, const char *message) INTERNAL;
+extern const char g_free_invalid_pointer[] INTERNAL; /* "free(): invalid pointer" */
 /* The page of a pointer into our segments, after checking it is the start of
  * a block of an in-use page (block_offset_valid says why one test is enough). */
 static inline struct page *page_of_block(const void *p, const char *message) {
@@ -575,7 +581,7 @@ static inline struct page *page_of_block(const void *p, const char *message) {
         &segment_of(p)->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];
     /* the slice's copies of the test (page_block_test_set): a slice never
      * part of a page reads zero there, and zero accepts nothing */
-    if (CHECKS_ON && unlikely(block_start_invalid(p, slice))) report_invalid_pointer(message);
+    if (CHECKS_ON && unlikely(block_start_invalid(p, slice))) report_invalid_pointer(p, message);
     return slice->first;
 }
 size_t block_usable_size(const void *p, const char *function) INTERNAL;

@@ -1,6 +1,8 @@
 /* Invalid frees abort with a one-line message naming the function: a child
  * process does one bad free each, and must die of SIGABRT having written a
  * line containing "free(): " on stderr.
+ * tidemalloc's message must name the problem as the table below does (a
+ * double free says "double free detected", for blocks of every size).
  * Required of every allocator under test: double free of a small block, free
  * of a stack address, free of a pointer into the middle of a block, free of a
  * static variable's address (glibc catches these when the bytes before the
@@ -178,7 +180,7 @@ static void case_realloc_freed(void) {
     void *p = malloc(40);
     memset(p, 0, 40);
     free(p);
-    void *q = realloc(launder(p), 80); /* message names realloc(): accept free() too */
+    void *q = realloc(launder(p), 80); /* the copy's free of p names free() */
     free(q);
 }
 
@@ -346,15 +348,16 @@ static const struct {
     int strict;     /* required of tidemalloc only */
     const char *fn; /* the function the message must name */
 } cases[] = {
-    {"double free of a small block", case_double_free, 0, "free(): "},
+    {"double free of a small block", case_double_free, 0, "free(): double free detected"},
     {"free of a stack address", case_stack, 0, "free(): "},
     {"free of a pointer into a block", case_middle, 0, "free(): "},
     {"free of a static variable", case_static, 0, "free(): "},
     {"free into a block behind a forged header", case_middle_forged, 1, "free(): "},
     {"free of a stack address behind a forged header", case_stack_forged, 1, "free(): "},
     {"free of a static address behind a forged header", case_static_forged, 1, "free(): "},
-    {"double free of a 100000-byte block", case_double_free_large, 1, "free(): "},
-    {"double free of a 64 MiB block", case_double_free_huge, 1, "free(): "},
+    {"double free of a 100000-byte block", case_double_free_large, 1,
+     "free(): double free detected"},
+    {"double free of a 64 MiB block", case_double_free_huge, 1, "free(): double free detected"},
     {"free of a pointer into a 64 MiB block", case_middle_huge, 1, "free(): "},
     {"free of the last byte of a 1 MiB block", case_middle_large, 1, "free(): "},
     {"free of a page's slack before its first block", case_page_slack, 1, "free(): "},
@@ -363,18 +366,20 @@ static const struct {
     {"free into a freed large block's later slice", case_freed_large_tail, 1, "free(): "},
     {"free into the slices a realloc shrink gave back", case_shrunk_large_tail, 1, "free(): "},
     {"free into the tail an arena block's shrink gave back", case_shrunk_arena_tail, 1, "free(): "},
-    {"realloc of a freed block", case_realloc_freed, 1, "realloc(): "},
+    {"realloc of a freed block", case_realloc_freed, 1, "double free detected"},
     {"realloc of a freed block to its size", case_realloc_freed_same_size, 1, "realloc(): "},
     {"realloc of a freed block to a smaller size", case_realloc_freed_shrink, 1, "realloc(): "},
     {"realloc of a freed block from another thread", case_realloc_freed_other_thread, 1,
      "realloc(): "},
-    {"double free with a free in between", case_double_free_between, 1, "free(): "},
-    {"double free 20 frees later", case_double_free_20_later, 1, "free(): "},
+    {"double free with a free in between", case_double_free_between, 1,
+     "free(): double free detected"},
+    {"double free 20 frees later", case_double_free_20_later, 1, "free(): double free detected"},
     {"double free of a large block, a free in between", case_double_free_large_between, 1,
-     "free(): "},
-    {"double free from another thread", case_double_free_other_thread, 1, "free(): "},
+     "free(): double free detected"},
+    {"double free from another thread", case_double_free_other_thread, 1,
+     "free(): double free detected"},
     {"double free by the owner of a block another thread freed",
-     case_double_free_owner_after_other_thread, 1, "free(): "},
+     case_double_free_owner_after_other_thread, 1, "free(): double free detected"},
     {"realloc by the owner of a block another thread freed", case_realloc_owner_after_other_thread,
      1, "realloc(): "},
     {"write after free: link zeroed", case_link_zeroed, 1, "malloc(): corrupted free list"},
@@ -404,7 +409,10 @@ int main(void) {
         int status = run_in_child(run_case, &c, msg, sizeof msg);
         CHECK(status != -1);
         int aborted = WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT;
-        int named = strstr(msg, cases[c].fn) != NULL || strstr(msg, "free(): ") != NULL;
+        /* tidemalloc must name the problem as the table does; another
+         * allocator may word it its own way, as long as it names free */
+        int named = strstr(msg, cases[c].fn) != NULL ||
+                    (!strict_required && strstr(msg, "free(): ") != NULL);
         if (!aborted || !named) {
             FILE *out = stderr;
             if (cases[c].strict && !strict_required) {
