@@ -26,8 +26,11 @@
  *                               (it stayed up until the delay when the bound
  *                               counted only free slices). 8 MiB, so that
  *                               the frees are over before their pages are
- *                               4 ms old; a run whose frees gave it back all
- *                               the same is a SKIP (exit 77).
+ *                               4 ms old; a run whose frees took longer
+ *                               sees the bound release them during the
+ *                               frees (release calls counted), which passes
+ *                               too; one whose memory went back without a
+ *                               release call is a SKIP (exit 77).
  *   rel_remote_reclaim trim     owner asleep; malloc_trim(0) leaves RSS
  *                               within 2 MiB of the start, and returns 1 if
  *                               more was resident (issue 3 check c). Then
@@ -173,6 +176,7 @@ int main(int argc, char **argv) {
     wait_stage(1);
     if (exited) REL_CHECK(pthread_join(t, NULL) == 0, "pthread_join failed");
     size_t rss_peak = rel_rss();
+    struct tidemalloc_stats s_before_frees = rel_stats();
     free_all_remote();
     size_t rss_freed = rel_rss();
     struct tidemalloc_stats s1 = rel_stats();
@@ -250,7 +254,13 @@ int main(int argc, char **argv) {
             rss <= rss0 + SLACK_IDLE,
             "RSS still %+.2f MiB above the start after a slow-path free over the retain bound",
             rel_dmib(rss, rss0));
-        if (rss_waited <= rss0 + SLACK_IDLE) {
+        /* A run whose frees took longer than the bound's 5 ms (a slow phase
+         * of the host: about 1 run in 15 here) has its first pages aged
+         * before the last is freed, and the bound gives them back during
+         * the frees: the same property, met sooner (the release syscalls
+         * say it was the bound, not the 1 s delay). No release at all is a
+         * run that could test nothing. */
+        if (rss_waited <= rss0 + SLACK_IDLE && s1.madvise_calls == s_before_frees.madvise_calls) {
             printf("SKIP the frees gave the memory back already (%+.2f MiB): no bound to test\n",
                    rel_dmib(rss_waited, rss0));
             return 77;
