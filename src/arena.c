@@ -195,21 +195,52 @@ static int chunk_add(size_t size) {
 #define CHUNK_UNOWNED (-1) /* run_best: chunks that are no thread's home */
 #define CHUNK_ANY     (-2)
 
-/* The smallest run of at least `size` bytes in chunk `want` (or the kind
- * above); true and its first extent in *best if there is one. */
-static bool run_best(size_t size, int want, unsigned *best) {
+static uint16_t chunk_of(uintptr_t address) {
+    for (unsigned i = 0; i < chunk_slots_used; i++)
+        if (address - chunks[i].base < chunks[i].size) return (uint16_t)i;
+    fatal_error("free(): arena block outside the arena");
+}
+
+/* A range back on the free list (huge lock held). */
+static void range_return(uintptr_t start, size_t size, bool dirty) {
+    if (!extent_insert(start, size, chunk_of(start), dirty, clock_ms()) && dirty)
+        os_release((void *)start, size); /* the list is full: the range stays out of use */
+}
+
+static uintptr_t align_up(uintptr_t address, size_t alignment) {
+    return (address + alignment - 1) & ~(uintptr_t)(alignment - 1);
+}
+
+/* The smallest run in chunk `want` (or the kind above) that holds `size`
+ * bytes from its first `alignment`-aligned address; true and its first
+ * extent in *best if there is one. The room before that address goes back on
+ * the list, so it needs a slot there when the list is full. */
+static bool run_best(size_t size, size_t alignment, int want, unsigned *best) {
     size_t best_bytes = 0;
     for (unsigned i = 0, next; i < extent_count; i = next) {
         size_t bytes = run_bytes(i, &next);
         int chunk = extents[i].chunk;
         bool eligible = want == CHUNK_ANY || chunk == want ||
                         (want == CHUNK_UNOWNED && chunks[chunk].home_of == NULL);
-        if (eligible && bytes >= size && (best_bytes == 0 || bytes < best_bytes)) {
+        size_t head = align_up(extents[i].start, alignment) - extents[i].start;
+        if (head && extent_count == ARENA_EXTENTS_MAX) eligible = false;
+        if (eligible && bytes >= head + size && (best_bytes == 0 || bytes < best_bytes)) {
             *best = i;
             best_bytes = bytes;
         }
     }
     return best_bytes != 0;
+}
+
+/* Takes `size` bytes at the first `alignment`-aligned address of the run
+ * that starts at extent i (run_best found it long enough); the room before
+ * it goes back on the list. */
+static uintptr_t run_carve_aligned(unsigned i, size_t size, size_t alignment,
+                                   uintptr_t *dirty_end) {
+    uintptr_t start = extents[i].start, aligned = align_up(start, alignment);
+    run_carve(i, aligned - start + size, dirty_end);
+    if (aligned > start) range_return(start, aligned - start, *dirty_end > start);
+    return aligned;
 }
 
 static void chunk_make_home(int slot, struct heap *heap) {
@@ -223,25 +254,25 @@ static void chunk_make_home(int slot, struct heap *heap) {
  * that allocates next is in its cache still, where another thread's is not
  * (ebizzy, 2 threads of 192 KiB-1 MiB buffers: 101k records/s with one
  * shared pool against 127-131k with homes or per-thread segments). */
-void *arena_take(size_t size, uintptr_t *dirty_end, struct heap *heap) {
+void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct heap *heap) {
     bool can_own = heap != &g_empty_heap; /* not a thread past its exit */
     int home = can_own ? (int)heap->arena_home - 1 : -1;
     unsigned best = 0;
-    bool found = home >= 0 && run_best(size, home, &best);
-    if (!found && run_best(size, CHUNK_UNOWNED, &best)) {
+    bool found = home >= 0 && run_best(size, alignment, home, &best);
+    if (!found && run_best(size, alignment, CHUNK_UNOWNED, &best)) {
         found = true;
         if (home < 0 && can_own) chunk_make_home(extents[best].chunk, heap);
     }
     if (!found) {
-        int slot = chunk_add(size);
+        /* a new chunk's base is only page aligned */
+        int slot = chunk_add(size + alignment - OS_PAGE_SIZE);
         if (slot >= 0) {
             if (can_own) chunk_make_home(slot, heap);
-            found = run_best(size, slot, &best);
+            found = run_best(size, alignment, slot, &best);
         }
     }
-    if (!found && !run_best(size, CHUNK_ANY, &best)) return NULL;
-    uintptr_t start = extents[best].start;
-    run_carve(best, size, dirty_end);
+    if (!found && !run_best(size, alignment, CHUNK_ANY, &best)) return NULL;
+    uintptr_t start = run_carve_aligned(best, size, alignment, dirty_end);
     used_bytes_add(size, true);
     return (void *)start;
 }
@@ -249,18 +280,6 @@ void *arena_take(size_t size, uintptr_t *dirty_end, struct heap *heap) {
 void arena_disown(struct heap *heap) {
     if (heap->arena_home) chunks[heap->arena_home - 1].home_of = NULL;
     heap->arena_home = 0;
-}
-
-static uint16_t chunk_of(uintptr_t address) {
-    for (unsigned i = 0; i < chunk_slots_used; i++)
-        if (address - chunks[i].base < chunks[i].size) return (uint16_t)i;
-    fatal_error("free(): arena block outside the arena");
-}
-
-/* A range back on the free list (huge lock held). */
-static void range_return(uintptr_t start, size_t size, bool dirty) {
-    if (!extent_insert(start, size, chunk_of(start), dirty, clock_ms()) && dirty)
-        os_release((void *)start, size); /* the list is full: the range stays out of use */
 }
 
 void arena_give(uintptr_t start, size_t size, bool dirty) {
@@ -273,19 +292,11 @@ void arena_give(uintptr_t start, size_t size, bool dirty) {
  * so that it reads as zero as a fresh mapping does. Not counted as the
  * arena's: the segment counts itself. */
 void *arena_lend(size_t size, size_t alignment) {
-    uintptr_t lent = 0;
+    uintptr_t lent = 0, dirty_end;
+    unsigned best;
     spin_lock(&g_huge_lock);
-    /* the head left before the aligned start needs a slot of its own */
-    for (unsigned i = 0, next; i < extent_count && extent_count < ARENA_EXTENTS_MAX; i = next) {
-        size_t bytes = run_bytes(i, &next);
-        uintptr_t start = extents[i].start, aligned = (start + alignment - 1) & ~(alignment - 1);
-        if (aligned - start + size > bytes) continue;
-        uintptr_t dirty_end;
-        run_carve(i, aligned - start + size, &dirty_end);
-        if (aligned > start) range_return(start, aligned - start, dirty_end > start);
-        lent = aligned;
-        break;
-    }
+    if (run_best(size, alignment, CHUNK_ANY, &best))
+        lent = run_carve_aligned(best, size, alignment, &dirty_end);
     spin_unlock(&g_huge_lock);
     if (lent && !os_release((void *)lent, size)) {
         arena_lent_back(lent, size);

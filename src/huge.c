@@ -140,27 +140,14 @@ static bool huge_register(struct huge_entry entry) {
     return true;
 }
 
-/* Gives back `size` bytes at `start` of a block's new range that the block
- * does not use: to the arena, dirty if the range taken was dirty there, or
- * to the kernel. */
-static void huge_trim(uintptr_t start, size_t size, bool in_arena, uintptr_t dirty_end) {
-    if (size == 0) return;
-    if (in_arena) {
-        spin_lock(&g_huge_lock);
-        arena_give(start, size, dirty_end > start);
-        spin_unlock(&g_huge_lock);
-    } else {
-        os_unmap((void *)start, size);
-    }
-}
-
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
     if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
     if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
-    if (size == 0) size = 1; /* an aligned start must leave a usable byte */
-    size_t map_size =
-        (size + (alignment - OS_PAGE_SIZE) + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
-    if (map_size == 0) map_size = OS_PAGE_SIZE; /* malloc(0) with an mmap threshold of 0 */
+    if (size == 0) size = 1; /* malloc(0) with an mmap threshold of 0 */
+    /* the block's pages; a mapping of its own is taken with room for the
+     * alignment, and cut down to them */
+    size_t kept = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
+    size_t map_size = kept + (alignment - OS_PAGE_SIZE);
     uintptr_t base = 0, dirty_end = 0;
     size_t mapped = map_size;
     bool in_arena = false, hugetlb = false;
@@ -170,7 +157,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     hugetlb = base != 0;
     if (base == 0 && retain_on_free) {
         spin_lock(&g_huge_lock);
-        base = (uintptr_t)arena_take(map_size, &dirty_end, t_heap);
+        base = (uintptr_t)arena_take(kept, alignment, &dirty_end, t_heap);
         spin_unlock(&g_huge_lock);
         in_arena = base != 0;
     }
@@ -196,24 +183,22 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
          * or a chunk the trims above made room for. The block goes back to
          * the arena when freed, as the arena's own do. */
         spin_lock(&g_huge_lock);
-        base = (uintptr_t)arena_take(map_size, &dirty_end, t_heap);
+        base = (uintptr_t)arena_take(kept, alignment, &dirty_end, t_heap);
         spin_unlock(&g_huge_lock);
         in_arena = base != 0;
     }
     if (base == 0) return NULL;
-    uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    /* The room an alignment past a page needed goes back, before the block
-     * and after it: posix_memalign(2 MiB, 4096) held 2 MiB of the arena's
-     * address space, or of a mapping's, until freed (glibc puts the head and
-     * the tail back in its heap). Explicit huge pages stay whole. */
-    if (alignment > OS_PAGE_SIZE && !hugetlb) {
-        size_t kept = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
-        huge_trim(base, user - base, in_arena, dirty_end);
-        huge_trim(user + kept, base + mapped - (user + kept), in_arena, dirty_end);
-        if (dirty_end > user + kept) dirty_end = user + kept;
-        base = user;
+    if (in_arena) mapped = kept; /* taken aligned, the room before it left free */
+    /* A mapping's room for an alignment past a page goes back, before the
+     * block and after it: posix_memalign(64 MiB, 256 KiB) held 64 MiB of
+     * address space until freed, and the arena's blocks 2 MiB for 64 KiB
+     * aligned to 2 MiB (glibc puts the head and the tail back in its heap).
+     * Explicit huge pages stay whole. */
+    if (!in_arena && !hugetlb && alignment > OS_PAGE_SIZE) {
+        base = (uintptr_t)os_cut_aligned((void *)base, mapped, kept, alignment);
         mapped = kept;
     }
+    uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
     if (!huge_register((struct huge_entry){.user = user,
                                            .base = base,
                                            .map_size = mapped,
@@ -386,13 +371,10 @@ void *huge_alloc_guarded(size_t size, size_t alignment) {
         guard = base + map_size - OS_PAGE_SIZE;
         user = (guard - body) & ~(uintptr_t)(alignment - 1);
     } else {
-        user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-        guard = (user + body + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
-        uintptr_t end = guard + OS_PAGE_SIZE;
-        if (user > base) os_unmap((void *)base, user - base);
-        if (base + map_size > end) os_unmap((void *)end, base + map_size - end);
-        base = user;
-        map_size = end - user;
+        size_t kept = ((body + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1)) + OS_PAGE_SIZE;
+        base = user = (uintptr_t)os_cut_aligned((void *)base, map_size, kept, alignment);
+        map_size = kept;
+        guard = base + map_size - OS_PAGE_SIZE;
     }
     os_protect_none((void *)guard, OS_PAGE_SIZE);
     memset((void *)(user + size), CANARY_BYTE, guard - (user + size));

@@ -157,6 +157,9 @@ void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
 /* A block mapped on its own, charged to the commit as glibc's are (the
  * kernel's overcommit policy may refuse it). NULL on failure. */
 void *os_map_block(size_t size) INTERNAL;
+/* The `size` bytes of a mapping of `span` from its first `alignment`-aligned
+ * address (the caller made room for them): the ends are unmapped. */
+void *os_cut_aligned(void *mapping, size_t span, size_t size, size_t alignment) INTERNAL;
 void *os_map_segment(void) INTERNAL; /* SEGMENT_SIZE-aligned, NULL on failure */
 bool os_protect_none(void *address, size_t size) INTERNAL; /* guard pages */
 uint64_t os_mapping_limit(void) INTERNAL; /* RLIMIT_AS or _DATA, the smaller; UINT64_MAX: none */
@@ -544,9 +547,10 @@ extern _Atomic uint64_t g_huge_max_count INTERNAL;
 
 /* ---- arena.c: blocks over ARENA_MIN and under the mmap threshold ---- */
 /* The next four run under g_huge_lock. arena_take: `size` bytes (page
- * multiple) for the thread of `heap`, or NULL; *dirty_end: the end of its
- * last part that may be resident (0: all of it reads as zeros). */
-void *arena_take(size_t size, uintptr_t *dirty_end, struct heap *heap) INTERNAL;
+ * multiple) aligned to `alignment` (a power of two, at least a page) for the
+ * thread of `heap`, or NULL; *dirty_end: the end of the last part taken that
+ * may be resident (at or before the block's start: the block reads as zeros). */
+void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct heap *heap) INTERNAL;
 void arena_disown(struct heap *heap) INTERNAL; /* its thread exits (huge lock, or a fork child) */
 void arena_give(uintptr_t start, size_t size, bool dirty) INTERNAL;          /* clean: released */
 bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) INTERNAL; /* in place */

@@ -66,31 +66,26 @@ void *os_map_block(size_t size) {
     return map_anywhere(size, 0);
 }
 
-/* A mapping that starts on a segment boundary: over-map by a segment and cut
- * the unaligned ends off. */
-static void *map_aligned(size_t size, int flags) {
-    size_t span = size + SEGMENT_SIZE;
-    COUNT(mmap_calls, 1);
-    char *raw = raw_mmap(NULL, span, flags);
-    if (raw == MAP_FAILED) return NULL;
-    char *aligned = (char *)(((uintptr_t)raw + SEGMENT_MASK) & ~(uintptr_t)SEGMENT_MASK);
-    size_t head = (size_t)(aligned - raw), tail = span - head - size;
-    if (head) {
-        COUNT(munmap_calls, 1);
-        raw_munmap(raw, head);
-    }
-    if (tail) {
-        COUNT(munmap_calls, 1);
-        raw_munmap(aligned + size, tail);
-    }
-    COUNT(bytes_mapped, size);
-    return aligned;
-}
-
 void os_unmap(void *address, size_t size) {
     COUNT(munmap_calls, 1);
     raw_munmap(address, size);
     atomic_fetch_sub_explicit(&g_os.bytes_mapped, size, memory_order_relaxed);
+}
+
+void *os_cut_aligned(void *mapping, size_t span, size_t size, size_t alignment) {
+    uintptr_t raw = (uintptr_t)mapping,
+              aligned = (raw + alignment - 1) & ~(uintptr_t)(alignment - 1);
+    size_t head = aligned - raw, tail = span - head - size;
+    if (head) os_unmap(mapping, head);
+    if (tail) os_unmap((void *)(aligned + size), tail);
+    return (void *)aligned;
+}
+
+/* A mapping that starts on a segment boundary: over-map by a segment and cut
+ * the unaligned ends off. */
+static void *map_aligned(size_t size, int flags) {
+    char *raw = map_anywhere(size + SEGMENT_SIZE, flags);
+    return raw ? os_cut_aligned(raw, size + SEGMENT_SIZE, size, SEGMENT_SIZE) : NULL;
 }
 
 static _Atomic uint32_t unmapping_trims;      /* trims running */
