@@ -140,6 +140,14 @@ static bool huge_register(struct huge_entry entry) {
     return true;
 }
 
+/* A block's range from the arena, for this thread (0: none). */
+static uintptr_t arena_block(size_t size, size_t alignment, uintptr_t *dirty_end) {
+    spin_lock(&g_huge_lock);
+    uintptr_t base = (uintptr_t)arena_take(size, alignment, dirty_end, t_heap);
+    spin_unlock(&g_huge_lock);
+    return base;
+}
+
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
     if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
     if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
@@ -156,9 +164,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     base = (uintptr_t)os_map_huge_pages(map_size, &mapped);
     hugetlb = base != 0;
     if (base == 0 && retain_on_free) {
-        spin_lock(&g_huge_lock);
-        base = (uintptr_t)arena_take(kept, alignment, &dirty_end, t_heap);
-        spin_unlock(&g_huge_lock);
+        base = arena_block(kept, alignment, &dirty_end);
         in_arena = base != 0;
     }
     if (base == 0) {
@@ -182,9 +188,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
          * of 3 MiB left no room for a second block of 9 MiB, 2 runs in 300),
          * or a chunk the trims above made room for. The block goes back to
          * the arena when freed, as the arena's own do. */
-        spin_lock(&g_huge_lock);
-        base = (uintptr_t)arena_take(kept, alignment, &dirty_end, t_heap);
-        spin_unlock(&g_huge_lock);
+        base = arena_block(kept, alignment, &dirty_end);
         in_arena = base != 0;
     }
     if (base == 0) return NULL;
