@@ -277,6 +277,41 @@ void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct hea
     return (void *)start;
 }
 
+/* A block the mmap threshold would map on its own, from memory the arena
+ * holds resident: `size` bytes from the start of a dirty extent on, at most
+ * an eighth of them clean (the most dirty such place; the smallest extent
+ * among equals), or NULL. Mapping such a block while that much freed memory idles
+ * here faults in new pages for nothing: `large`, whose biggest blocks keep
+ * passing a threshold that only their own frees raise, mapped and unmapped a
+ * dozen 8 MB blocks, half its page faults. A block that would be more than
+ * an eighth fresh pages still gets a mapping of its own, which its free
+ * unmaps at once (with half, `large` faulted 16% less again, but held 3%
+ * more at its peak: the fresh pages stay with the arena after the free). */
+void *arena_take_resident(size_t size, uintptr_t *dirty_end) {
+    unsigned best = extent_count;
+    size_t best_dirty = 0;
+    for (unsigned i = 0; i < extent_count; i++) {
+        if (!extents[i].dirty) continue;
+        size_t covered = 0, dirty = 0;
+        for (unsigned j = i;; j++) {
+            size_t take = extents[j].size < size - covered ? extents[j].size : size - covered;
+            if (extents[j].dirty) dirty += take;
+            covered += take;
+            if (covered == size || !extent_joins_next(j)) break;
+        }
+        if (covered < size || dirty < size - size / 8) continue;
+        if (dirty > best_dirty || (dirty == best_dirty && extents[i].size < extents[best].size)) {
+            best = i;
+            best_dirty = dirty;
+        }
+    }
+    if (best == extent_count) return NULL;
+    uintptr_t start = extents[best].start;
+    run_carve(best, size, dirty_end);
+    used_bytes_add(size, true);
+    return (void *)start;
+}
+
 void arena_disown(struct heap *heap) {
     if (heap->arena_home) chunks[heap->arena_home - 1].home_of = NULL;
     heap->arena_home = 0;

@@ -166,6 +166,16 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     if (base == 0 && retain_on_free) {
         base = arena_block(kept, alignment, &dirty_end);
         in_arena = base != 0;
+    } else if (base == 0 && alignment == OS_PAGE_SIZE && OPTION(dynamic_threshold) &&
+               kept <= DEFAULT_MMAP_THRESHOLD_MAX) {
+        /* Over the dynamic threshold, but under the most it can rise to:
+         * freed memory the arena holds resident serves, if it covers the
+         * block (arena_take_resident), as though the threshold had risen.
+         * A threshold the user set is kept to the letter. */
+        spin_lock(&g_huge_lock);
+        base = (uintptr_t)arena_take_resident(kept, &dirty_end);
+        spin_unlock(&g_huge_lock);
+        in_arena = base != 0;
     }
     if (base == 0) {
         base = (uintptr_t)os_map_block(map_size);
@@ -251,6 +261,9 @@ bool huge_free(void *p) {
         return true;
     }
     if (entry.arena) {
+        /* over the threshold when taken: its free moves the threshold as a
+         * mapping's would */
+        if (!entry.retain) options_note_huge_free(entry.map_size + 1);
         purge_after_free();
         return true;
     }

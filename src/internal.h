@@ -44,6 +44,9 @@ static inline unsigned bit_count(uint64_t x) {
 }
 
 /* ---- options.c: every tunable in one table ---- */
+/* The most the dynamic mmap threshold rises to (glibc's on 64-bit): a block
+ * over it is always mapped on its own. */
+#define DEFAULT_MMAP_THRESHOLD_MAX ((size_t)32 << 20)
 struct options {
     size_t trim_threshold;   /* retained free bytes kept before releasing */
     size_t top_pad;          /* extra bytes kept on top of the threshold */
@@ -551,6 +554,9 @@ extern _Atomic uint64_t g_huge_max_count INTERNAL;
  * thread of `heap`, or NULL; *dirty_end: the end of the last part taken that
  * may be resident (at or before the block's start: the block reads as zeros). */
 void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct heap *heap) INTERNAL;
+/* arena_take_resident: `size` bytes (page multiple, page aligned) of a free
+ * extent that may be resident throughout, or NULL; *dirty_end as above. */
+void *arena_take_resident(size_t size, uintptr_t *dirty_end) INTERNAL;
 void arena_disown(struct heap *heap) INTERNAL; /* its thread exits (huge lock, or a fork child) */
 void arena_give(uintptr_t start, size_t size, bool dirty) INTERNAL;          /* clean: released */
 bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) INTERNAL; /* in place */

@@ -12,12 +12,11 @@
 #include "../include/tidemalloc.h"
 #include "internal.h"
 
-#define DEFAULT_MMAP_THRESHOLD     ((size_t)128 << 10)
-#define DEFAULT_TRIM_THRESHOLD     ((size_t)128 << 10)
-#define DEFAULT_MMAP_THRESHOLD_MAX ((size_t)32 << 20) /* glibc's on 64-bit */
-#define DEFAULT_MMAP_MAX           65536
-#define DEFAULT_PURGE_DELAY_MS     1000
-#define DEFAULT_RETAIN_PERCENT     33
+#define DEFAULT_MMAP_THRESHOLD ((size_t)128 << 10)
+#define DEFAULT_TRIM_THRESHOLD ((size_t)128 << 10)
+#define DEFAULT_MMAP_MAX       65536
+#define DEFAULT_PURGE_DELAY_MS 1000
+#define DEFAULT_RETAIN_PERCENT 33
 
 struct options g_options = {
     .trim_threshold = DEFAULT_TRIM_THRESHOLD,
