@@ -280,13 +280,13 @@ void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct hea
 /* A block the mmap threshold would map on its own, from memory the arena
  * holds resident: `size` bytes from the start of a dirty extent on, at most
  * an eighth of them clean (the most dirty such place; the smallest extent
- * among equals), or NULL. Mapping such a block while that much freed memory idles
- * here faults in new pages for nothing: `large`, whose biggest blocks keep
- * passing a threshold that only their own frees raise, mapped and unmapped a
- * dozen 8 MB blocks, half its page faults. A block that would be more than
- * an eighth fresh pages still gets a mapping of its own, which its free
- * unmaps at once (with half, `large` faulted 16% less again, but held 3%
- * more at its peak: the fresh pages stay with the arena after the free). */
+ * among equals), or NULL. Mapping such a block while that much freed memory
+ * idles here faults in new pages for nothing: `large`, whose biggest blocks
+ * keep passing a threshold that only their own frees raise, mapped and
+ * unmapped a dozen 8 MB blocks, half its page faults. A block that would be
+ * more than an eighth fresh pages still gets a mapping of its own, which its
+ * free unmaps at once (with half, `large` faulted 16% less again, but held
+ * 3% more at its peak: the fresh pages stay with the arena after the free). */
 void *arena_take_resident(size_t size, uintptr_t *dirty_end) {
     unsigned best = extent_count;
     size_t best_dirty = 0;

@@ -554,8 +554,9 @@ extern _Atomic uint64_t g_huge_max_count INTERNAL;
  * thread of `heap`, or NULL; *dirty_end: the end of the last part taken that
  * may be resident (at or before the block's start: the block reads as zeros). */
 void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct heap *heap) INTERNAL;
-/* arena_take_resident: `size` bytes (page multiple, page aligned) of a free
- * extent that may be resident throughout, or NULL; *dirty_end as above. */
+/* arena_take_resident: `size` bytes (page multiple, page aligned) of free
+ * extents at most an eighth of which is clean (not resident), or NULL;
+ * *dirty_end as above. */
 void *arena_take_resident(size_t size, uintptr_t *dirty_end) INTERNAL;
 void arena_disown(struct heap *heap) INTERNAL; /* its thread exits (huge lock, or a fork child) */
 void arena_give(uintptr_t start, size_t size, bool dirty) INTERNAL;          /* clean: released */
