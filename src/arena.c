@@ -293,11 +293,12 @@ void *arena_take_resident(size_t size, uintptr_t *dirty_end) {
     for (unsigned i = 0; i < extent_count; i++) {
         if (!extents[i].dirty) continue;
         size_t covered = 0, dirty = 0;
+        /* stops once too much of it is clean: the walk stays short */
         for (unsigned j = i;; j++) {
             size_t take = extents[j].size < size - covered ? extents[j].size : size - covered;
             if (extents[j].dirty) dirty += take;
             covered += take;
-            if (covered == size || !extent_joins_next(j)) break;
+            if (covered == size || covered - dirty > size / 8 || !extent_joins_next(j)) break;
         }
         if (covered < size || dirty < size - size / 8) continue;
         if (dirty > best_dirty || (dirty == best_dirty && extents[i].size < extents[best].size)) {
