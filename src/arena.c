@@ -243,6 +243,13 @@ static uintptr_t run_carve_aligned(unsigned i, size_t size, size_t alignment,
     return aligned;
 }
 
+/* The block of run_carve_aligned, counted as handed out. */
+static void *run_take(unsigned i, size_t size, size_t alignment, uintptr_t *dirty_end) {
+    uintptr_t start = run_carve_aligned(i, size, alignment, dirty_end);
+    used_bytes_add(size, true);
+    return (void *)start;
+}
+
 static void chunk_make_home(int slot, struct heap *heap) {
     if (heap->arena_home) chunks[heap->arena_home - 1].home_of = NULL;
     chunks[slot].home_of = heap;
@@ -272,9 +279,7 @@ void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct hea
         }
     }
     if (!found && !run_best(size, alignment, CHUNK_ANY, &best)) return NULL;
-    uintptr_t start = run_carve_aligned(best, size, alignment, dirty_end);
-    used_bytes_add(size, true);
-    return (void *)start;
+    return run_take(best, size, alignment, dirty_end);
 }
 
 /* A block the mmap threshold would map on its own, from memory the arena
@@ -306,11 +311,7 @@ void *arena_take_resident(size_t size, uintptr_t *dirty_end) {
             best_dirty = dirty;
         }
     }
-    if (best == extent_count) return NULL;
-    uintptr_t start = extents[best].start;
-    run_carve(best, size, dirty_end);
-    used_bytes_add(size, true);
-    return (void *)start;
+    return best == extent_count ? NULL : run_take(best, size, OS_PAGE_SIZE, dirty_end);
 }
 
 void arena_disown(struct heap *heap) {

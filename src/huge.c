@@ -140,12 +140,14 @@ static bool huge_register(struct huge_entry entry) {
     return true;
 }
 
-/* A block's range from the arena, for this thread (0: none). */
-static uintptr_t arena_block(size_t size, size_t alignment, uintptr_t *dirty_end) {
+/* A block's range from the arena, for this thread (0: none); `resident`:
+ * only from freed memory that covers it (arena_take_resident). */
+static uintptr_t arena_block(size_t size, size_t alignment, bool resident, uintptr_t *dirty_end) {
     spin_lock(&g_huge_lock);
-    uintptr_t base = (uintptr_t)arena_take(size, alignment, dirty_end, t_heap);
+    void *block = resident ? arena_take_resident(size, dirty_end)
+                           : arena_take(size, alignment, dirty_end, t_heap);
     spin_unlock(&g_huge_lock);
-    return base;
+    return (uintptr_t)block;
 }
 
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
@@ -163,18 +165,14 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
     /* explicit huge pages (glibc.malloc.hugetlb=2) map every block on its own */
     base = (uintptr_t)os_map_huge_pages(map_size, &mapped);
     hugetlb = base != 0;
-    if (base == 0 && retain_on_free) {
-        base = arena_block(kept, alignment, &dirty_end);
-        in_arena = base != 0;
-    } else if (base == 0 && alignment == OS_PAGE_SIZE && OPTION(dynamic_threshold) &&
-               kept <= DEFAULT_MMAP_THRESHOLD_MAX) {
-        /* Over the dynamic threshold, but under the most it can rise to:
-         * freed memory the arena holds resident serves, if it covers the
-         * block (arena_take_resident), as though the threshold had risen.
-         * A threshold the user set is kept to the letter. */
-        spin_lock(&g_huge_lock);
-        base = (uintptr_t)arena_take_resident(kept, &dirty_end);
-        spin_unlock(&g_huge_lock);
+    /* Over the dynamic threshold, but under the most it can rise to: freed
+     * memory the arena holds resident serves, if it covers the block, as
+     * though the threshold had risen. A threshold the user set is kept to
+     * the letter. */
+    bool resident_only = !retain_on_free && alignment == OS_PAGE_SIZE &&
+                         OPTION(dynamic_threshold) && kept <= DEFAULT_MMAP_THRESHOLD_MAX;
+    if (base == 0 && (retain_on_free || resident_only)) {
+        base = arena_block(kept, alignment, resident_only, &dirty_end);
         in_arena = base != 0;
     }
     if (base == 0) {
@@ -198,7 +196,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
          * of 3 MiB left no room for a second block of 9 MiB, 2 runs in 300),
          * or a chunk the trims above made room for. The block goes back to
          * the arena when freed, as the arena's own do. */
-        base = arena_block(kept, alignment, &dirty_end);
+        base = arena_block(kept, alignment, false, &dirty_end);
         in_arena = base != 0;
     }
     if (base == 0) return NULL;
