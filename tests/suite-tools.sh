@@ -56,7 +56,9 @@ else fail tools-help "rc=$rc"; fi
 # Bad usage: exit 2 with a message on stderr naming the problem.
 bad_ok=1 bad_why=
 for args in "--bogus -- true" "--trim-threshold=abc -- true" "--mmap-threshold=12Q -- true" \
-            "--purge-delay=1K -- true" "--mmap-threshold=33M -- true" "--trim-threshold=99999999999999999999999 -- true" \
+            "--purge-delay=1K -- true" "--purge-delay=3600001 -- true" "--mmap-threshold=17179869184G -- true" \
+            "--mmap-threshold=18446744073709551616 -- true" "--trim-threshold=99999999999999999999999 -- true" \
+            "--trim-threshold=17179869184G -- true" \
             "--trim-threshold" "--" "--stats"; do
   # shellcheck disable=SC2086
   err=$("$CMD" $args 2>&1 >/dev/null); rc=$?
@@ -194,12 +196,17 @@ else
   if $CC -shared -fPIC "$TMP/dummy.c" -o "$TMP/dummy.so" 2>"$TMP/cc.log"; then
     envout=$(LD_PRELOAD=$TMP/dummy.so "$ICMD" --stats --aggressive --trim-threshold=1000 \
                --mmap-threshold=64K --purge-delay 50 -- env 2>/dev/null)
+    # thresholds past 2G-1 and 32M: the library takes any size, as glibc 2.36
+    bigout=$("$ICMD" --trim-threshold=4G --mmap-threshold 64MiB -- env 2>/dev/null)
     plain=$("$ICMD" -- env 2>/dev/null)
     missing=
     for want in "LD_PRELOAD=$LIBDIR/libtidemalloc.so.0:$TMP/dummy.so" TIDEMALLOC_STATS=1 \
                 MALLOC_AGGRESSIVE_MADVISE_=1 MALLOC_TRIM_THRESHOLD_=1000 \
                 MALLOC_MMAP_THRESHOLD_=65536 TIDEMALLOC_PURGE_DELAY_MS=50; do
       echo "$envout" | grep -qxF "$want" || missing="$missing $want"
+    done
+    for want in MALLOC_TRIM_THRESHOLD_=4294967296 MALLOC_MMAP_THRESHOLD_=67108864; do
+      echo "$bigout" | grep -qxF "$want" || missing="$missing $want"
     done
     echo "$plain" | grep -qxF "LD_PRELOAD=$LIBDIR/libtidemalloc.so.0" || missing="$missing plain-LD_PRELOAD"
     if echo "$plain" | grep -q -e '^TIDEMALLOC_STATS=' -e '^MALLOC_.*_=' -e '^TIDEMALLOC_PURGE'; then

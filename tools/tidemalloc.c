@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,8 +49,8 @@ static void usage(FILE *to) {
             "  -V, --version         show the version and exit\n"
             "\n"
             "N is a number of bytes, optionally followed by K, M or G (powers of 1024);\n"
-            "the trim threshold is at most 2G-1, the mmap threshold at most 32M, the\n"
-            "purge delay at most 3600000 ms.\n"
+            "either threshold may be any size that fits in 64 bits; the purge delay is\n"
+            "at most 3600000 ms.\n"
             "The exit status is PROGRAM's; 2 for a bad option, 126 if PROGRAM cannot be\n"
             "run, 127 if it (or the library) is not found. See tidemalloc(1).\n",
             prog_name);
@@ -62,11 +63,12 @@ static _Noreturn void usage_error(const char *fmt, const char *arg) {
     exit(EXIT_USAGE);
 }
 
-/* Largest values the library accepts (src/options.c, like glibc's mallopt,
- * which takes an int); the library silently ignores anything above, so the
- * command refuses it instead. */
-#define MAX_TRIM_THRESHOLD 2147483647ULL
-#define MAX_MMAP_THRESHOLD (32ULL << 20) /* glibc's HEAP_MAX_SIZE / 2 on 64-bit */
+/* Largest values the library accepts from the environment (src/options.c):
+ * glibc 2.36's tunables take any size for both thresholds (a threshold
+ * past every request keeps memory, or never maps a block on its own); the
+ * purge delay is ours, and the library ignores a longer one, so the command
+ * refuses it instead. */
+#define MAX_THRESHOLD      ((unsigned long long)SIZE_MAX)
 #define MAX_PURGE_DELAY_MS 3600000ULL
 
 /* Parses a decimal number with an optional K/M/G suffix (binary multiples)
@@ -205,15 +207,15 @@ int main(int argc, char **argv) {
         } else if (strcmp(arg, "--aggressive") == 0) {
             aggressive = 1;
         } else if ((val = option_value(arg, "--trim-threshold", argc, argv, &i))) {
-            if (parse_size(val, 1, MAX_TRIM_THRESHOLD, &trim) != 0)
-                usage_error("invalid --trim-threshold value '%s' (expected bytes up to 2147483647, "
-                            "e.g. 131072 or 128K)",
+            if (parse_size(val, 1, MAX_THRESHOLD, &trim) != 0)
+                usage_error("invalid --trim-threshold value '%s' (expected bytes, e.g. 131072 or "
+                            "128K)",
                             val);
             have_trim = 1;
         } else if ((val = option_value(arg, "--mmap-threshold", argc, argv, &i))) {
-            if (parse_size(val, 1, MAX_MMAP_THRESHOLD, &mmap_thr) != 0)
-                usage_error("invalid --mmap-threshold value '%s' (expected bytes up to 32M, e.g. "
-                            "131072 or 128K)",
+            if (parse_size(val, 1, MAX_THRESHOLD, &mmap_thr) != 0)
+                usage_error("invalid --mmap-threshold value '%s' (expected bytes, e.g. 131072 or "
+                            "128K)",
                             val);
             have_mmap = 1;
         } else if ((val = option_value(arg, "--purge-delay", argc, argv, &i))) {
