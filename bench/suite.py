@@ -118,6 +118,7 @@ def cmd_bench(args, quick):
                     prog.end()
                     log("FAILED %s with %s: %s" % (b["name"], a["name"], failure_text(r)))
                     continue
+                r["rep"] = rep
                 results.setdefault((b["name"], a["name"]), []).append(r)
     prog.end()
     elapsed = time.monotonic() - t_start
@@ -170,7 +171,39 @@ def summarise(benches, allocs, results):
                                              if a["name"] in s[b["name"]]])
                              for _, ratio in RATIOS}
                  for a in allocs}
+    s["_paired"] = paired_ratios(benches, allocs, results)
     return s
+
+
+def paired_ratios(benches, allocs, results):
+    """Per allocator, the geometric mean over benchmarks of the median over
+    repetitions of its ratio to the best peer of the same repetition (wall
+    time, peak RSS). The runs of one repetition follow one another, so a
+    host phase that lasts a repetition or longer (this machine's first-touch
+    cost and CPU share change over minutes) divides out, where the ratio of
+    medians can compare one allocator's slow runs with another's fast ones."""
+    peers = [a["name"] for a in allocs if a["peer"]]
+    out = {}
+    for key, label in (("wall", "time"), ("rss", "rss")):
+        per_alloc = {a["name"]: [] for a in allocs}
+        for b in benches:
+            by_rep = {}
+            for a in allocs:
+                for r in results.get((b["name"], a["name"]), []):
+                    by_rep.setdefault(r["rep"], {})[a["name"]] = r[key]
+            ratios = {a["name"]: [] for a in allocs}
+            for runs in by_rep.values():
+                best = min((runs[p] for p in peers if p in runs), default=None)
+                if not best:
+                    continue
+                for n, v in runs.items():
+                    ratios[n].append(v / best)
+            for n, xs in ratios.items():
+                if xs:
+                    per_alloc[n].append(median(xs))
+        for n, xs in per_alloc.items():
+            out.setdefault(n, {})[label] = geomean(xs) if len(xs) == len(benches) else float("nan")
+    return out
 
 
 def bench_rows(b, allocs, summary):
@@ -202,9 +235,19 @@ def print_bench(benches, allocs, summary, failures, elapsed):
     log(text_table(["allocator", "time", "peak RSS", "ru_maxrss alone"],
                    [[a["name"], fmt(geo[a["name"]]["tr"], "%.3f"), fmt(geo[a["name"]]["rr"], "%.3f"),
                      fmt(geo[a["name"]]["rk"], "%.3f")] for a in allocs]))
+    log(paired_text(allocs, summary))
     for f in failures:
         log("FAILED: %s with %s: %s" % f)
     log("total %.0f s" % elapsed)
+
+
+def paired_text(allocs, summary):
+    paired = summary["_paired"]
+    return ("Paired by repetition (each run's ratio to the best peer's run of the same "
+            "repetition, median over repetitions, geometric mean over benchmarks; a host "
+            "phase that spans a repetition divides out): time %s; peak RSS %s." %
+            (", ".join("%s %s" % (a["name"], fmt(paired[a["name"]]["time"], "%.3f")) for a in allocs),
+             ", ".join("%s %s" % (a["name"], fmt(paired[a["name"]]["rss"], "%.3f")) for a in allocs)))
 
 
 def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load, host):
@@ -237,7 +280,9 @@ def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, loa
     L += [md_table(["benchmark"] + names, rows), ""]
     L += ["With the kernel's `ru_maxrss` alone (the figure before the twenty-eighth session; "
           "its error is up to 0.5 MiB on this machine's 2 CPUs) the geometric means would be %s."
-          % ", ".join("%s %s" % (n, fmt(geo[n]["rk"], "%.3f")) for n in names), ""]
+          % ", ".join("%s %s" % (n, fmt(geo[n]["rk"], "%.3f")) for n in names), "",
+          paired_text(allocs, summary) + " The goals are read on the medians above; this "
+          "figure says how much of a ratio is the host's drift.", ""]
     L += ["### Per benchmark", ""]
     for b in benches:
         cmd = " ".join(os.path.relpath(x, ROOT) if x.startswith(ROOT) else x

@@ -110,3 +110,32 @@ out=$("$LAUNCH" "$TMP/rep" "$TMP/touch" 2000 x /bin/true); rc=$?
 maxrss=$(field maxrss "$TMP/rep")
 if [ $rc -eq 0 ] && [ "${maxrss:-0}" -ge 7000 ]; then pass bench-launch-exec
 else fail bench-launch-exec "rc=$rc, ru_maxrss ${maxrss:-none} KiB (want >= 7000: the image before exec)"; fi
+
+# The paired ratio (bench/suite.py): each run divided by the best peer's run
+# of the same repetition. Synthetic runs: tidemalloc 10% faster than the peer
+# in every repetition, while the host's speed halves between repetitions and
+# one of tidemalloc's runs failed (no entry for repetition 2). The ratio of
+# medians reads 0.61 here; the paired figure must read 0.909 (1/1.1), and RSS
+# 2.0. An allocator failed everywhere on a benchmark gets no figure ("nan").
+out=$(cd "$ROOT/bench" && python3 - <<'PYEOF' 2>&1
+import math
+from suite import paired_ratios
+allocs = [dict(name="tidemalloc", peer=False), dict(name="glibc", peer=True),
+          dict(name="jemalloc", peer=True)]
+benches = [dict(name="b")]
+def run(rep, wall, rss):
+    return dict(rep=rep, wall=wall, rss=rss)
+results = {("b", "tidemalloc"): [run(0, 1.0, 20), run(1, 2.0, 20), run(3, 4.0, 20)],
+           ("b", "glibc"): [run(r, 1.1 * 2 ** r, 10) for r in range(4)],
+           ("b", "jemalloc"): [run(r, 5.0 * 2 ** r, 30) for r in range(4)]}
+p = paired_ratios(benches, allocs, results)
+ok = (abs(p["tidemalloc"]["time"] - 1 / 1.1) < 1e-9 and abs(p["tidemalloc"]["rss"] - 2.0) < 1e-9
+      and abs(p["glibc"]["time"] - 1.0) < 1e-9 and abs(p["jemalloc"]["time"] - 5 / 1.1) < 1e-9)
+del results[("b", "jemalloc")]
+p = paired_ratios(benches, allocs, results)
+ok = ok and math.isnan(p["jemalloc"]["time"]) and abs(p["tidemalloc"]["time"] - 1 / 1.1) < 1e-9
+print("ok" if ok else "wrong: %r" % p)
+PYEOF
+)
+if [ "$out" = ok ]; then pass bench-paired-ratio
+else fail bench-paired-ratio "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
