@@ -177,20 +177,21 @@ def summarise(benches, allocs, results):
 
 def paired_ratios(benches, allocs, results):
     """Per allocator, the geometric mean over benchmarks of the median over
-    repetitions of its ratio to the best peer of the same repetition (wall
-    time, peak RSS). The runs of one repetition follow one another, so a
+    repetitions of its ratio to the best peer of the same repetition, for
+    each measure of RATIOS, under the same keys. The runs of one repetition follow one another, so a
     host phase that lasts a repetition or longer (this machine's first-touch
     cost and CPU share change over minutes) divides out, where the ratio of
     medians can compare one allocator's slow runs with another's fast ones."""
     peers = [a["name"] for a in allocs if a["peer"]]
     out = {}
-    for key, label in (("wall", "time"), ("rss", "rss")):
+    for key, ratio in RATIOS:
         per_alloc = {a["name"]: [] for a in allocs}
         for b in benches:
             by_rep = {}
             for a in allocs:
                 for r in results.get((b["name"], a["name"]), []):
-                    by_rep.setdefault(r["rep"], {})[a["name"]] = r[key]
+                    if key in r:
+                        by_rep.setdefault(r["rep"], {})[a["name"]] = r[key]
             ratios = {a["name"]: [] for a in allocs}
             for runs in by_rep.values():
                 best = min((runs[p] for p in peers if p in runs), default=None)
@@ -202,7 +203,7 @@ def paired_ratios(benches, allocs, results):
                 if xs:
                     per_alloc[n].append(median(xs))
         for n, xs in per_alloc.items():
-            out.setdefault(n, {})[label] = geomean(xs) if len(xs) == len(benches) else float("nan")
+            out.setdefault(n, {})[ratio] = geomean(xs) if len(xs) == len(benches) else float("nan")
     return out
 
 
@@ -246,8 +247,8 @@ def paired_text(allocs, summary):
     return ("Paired by repetition (each run's ratio to the best peer's run of the same "
             "repetition, median over repetitions, geometric mean over benchmarks; a host "
             "phase that spans a repetition divides out): time %s; peak RSS %s." %
-            (", ".join("%s %s" % (a["name"], fmt(paired[a["name"]]["time"], "%.3f")) for a in allocs),
-             ", ".join("%s %s" % (a["name"], fmt(paired[a["name"]]["rss"], "%.3f")) for a in allocs)))
+            (", ".join("%s %s" % (a["name"], fmt(paired[a["name"]]["tr"], "%.3f")) for a in allocs),
+             ", ".join("%s %s" % (a["name"], fmt(paired[a["name"]]["rr"], "%.3f")) for a in allocs)))
 
 
 def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load, host):

@@ -129,11 +129,11 @@ results = {("b", "tidemalloc"): [run(0, 1.0, 20), run(1, 2.0, 20), run(3, 4.0, 2
            ("b", "glibc"): [run(r, 1.1 * 2 ** r, 10) for r in range(4)],
            ("b", "jemalloc"): [run(r, 5.0 * 2 ** r, 30) for r in range(4)]}
 p = paired_ratios(benches, allocs, results)
-ok = (abs(p["tidemalloc"]["time"] - 1 / 1.1) < 1e-9 and abs(p["tidemalloc"]["rss"] - 2.0) < 1e-9
-      and abs(p["glibc"]["time"] - 1.0) < 1e-9 and abs(p["jemalloc"]["time"] - 5 / 1.1) < 1e-9)
+ok = (abs(p["tidemalloc"]["tr"] - 1 / 1.1) < 1e-9 and abs(p["tidemalloc"]["rr"] - 2.0) < 1e-9
+      and abs(p["glibc"]["tr"] - 1.0) < 1e-9 and abs(p["jemalloc"]["tr"] - 5 / 1.1) < 1e-9)
 del results[("b", "jemalloc")]
 p = paired_ratios(benches, allocs, results)
-ok = ok and math.isnan(p["jemalloc"]["time"]) and abs(p["tidemalloc"]["time"] - 1 / 1.1) < 1e-9
+ok = ok and math.isnan(p["jemalloc"]["tr"]) and abs(p["tidemalloc"]["tr"] - 1 / 1.1) < 1e-9
 print("ok" if ok else "wrong: %r" % p)
 PYEOF
 )
