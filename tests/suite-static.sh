@@ -116,6 +116,29 @@ else
   done
 fi
 
+# The small zero-initialised variables (locks, counters, list heads, the
+# class table), which every program touches, share at most two pages of
+# .bss instead of lying between the arrays that only the arena, huge blocks
+# and the segment map use: the Makefile's -fdata-sections and
+# --sort-section=alignment (in file order they were on four pages).
+read -r bss_start bss_size < <(readelf -SW "$so" | awk '$2 == ".bss" { print $4, $6 }')
+if [ -z "${bss_start:-}" ]; then
+  echo "FAIL static/small-data-pages no .bss section in $so"
+else
+  pages=$(nm -S "$so" | awk -v lo=$((16#$bss_start)) -v hi=$((16#$bss_start + 16#$bss_size)) '
+    function hex(s,   i, n) { n = 0; s = tolower(s)
+      for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
+      return n }
+    ($3 == "b" || $3 == "B") { a = hex($1); n = hex($2)
+      if (a >= lo && a < hi && n < 256) { p[int(a / 4096)] = 1; p[int((a + n - 1) / 4096)] = 1 } }
+    END { c = 0; for (k in p) c++; print c }')
+  if [ "$pages" -ge 1 ] && [ "$pages" -le 2 ]; then
+    echo "PASS static/small-data-pages (the small .bss variables on $pages page(s))"
+  else
+    echo "FAIL static/small-data-pages the small .bss variables lie on $pages pages"
+  fi
+fi
+
 # The library keeps address randomization: Linux puts a file mapping of 2 MiB
 # or more on a 2 MiB boundary, which took 9 bits of it from a library with a
 # large .bss and fixed libc's offset to it (docs/security.md). Its loaded span
