@@ -29,7 +29,9 @@ LIB_A    := $(BUILD)/libtidemalloc.a
 all: lib
 lib: $(LIB_SO) $(LIB_A)
 
-$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tidemalloc.h | $(BUILD)/obj
+# The Makefile too: a change of flags rebuilds (make lib-nochecks kept objects
+# built with the flags before it).
+$(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tidemalloc.h Makefile | $(BUILD)/obj
 	$(CC) $(CFLAGS_LIB) -c $< -o $@
 
 $(BUILD)/obj:
