@@ -11,7 +11,7 @@ WARN    := -Wall -Wextra -Werror
 # section, laid out by alignment, so the arrays (32-byte aligned: the arena's
 # extents, the huge-block table, the segment map's page flags) come first and
 # the small variables every program touches share one page after them; in
-# file order they were spread over four of the twelve .bss pages, three of
+# file order they were spread over five of the twelve .bss pages, three of
 # them resident in every program (docs/benchmark-history.md, thirty-third
 # session). The order of the code is unchanged.
 CFLAGS_LIB := -std=c11 -O2 -g $(WARN) -fPIC -fvisibility=hidden -ftls-model=initial-exec \

@@ -120,7 +120,7 @@ fi
 # class table), which every program touches, share at most two pages of
 # .bss instead of lying between the arrays that only the arena, huge blocks
 # and the segment map use: the Makefile's -fdata-sections and
-# --sort-section=alignment (in file order they were on four pages).
+# --sort-section=alignment (in file order they were on five pages).
 read -r bss_start bss_size < <(readelf -SW "$so" | awk '$2 == ".bss" { print $4, $6 }')
 if [ -z "${bss_start:-}" ]; then
   echo "FAIL static/small-data-pages no .bss section in $so"
