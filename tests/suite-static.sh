@@ -125,11 +125,8 @@ read -r bss_start bss_size < <(readelf -SW "$so" | awk '$2 == ".bss" { print $4,
 if [ -z "${bss_start:-}" ]; then
   echo "FAIL static/small-data-pages no .bss section in $so"
 else
-  pages=$(nm -S "$so" | awk -v lo=$((16#$bss_start)) -v hi=$((16#$bss_start + 16#$bss_size)) '
-    function hex(s,   i, n) { n = 0; s = tolower(s)
-      for (i = 1; i <= length(s); i++) n = n * 16 + index("0123456789abcdef", substr(s, i, 1)) - 1
-      return n }
-    ($3 == "b" || $3 == "B") { a = hex($1); n = hex($2)
+  pages=$(nm -S -t d "$so" | awk -v lo=$((16#$bss_start)) -v hi=$((16#$bss_start + 16#$bss_size)) '
+    ($3 == "b" || $3 == "B") { a = $1 + 0; n = $2 + 0
       if (a >= lo && a < hi && n < 256) { p[int(a / 4096)] = 1; p[int((a + n - 1) / 4096)] = 1 } }
     END { c = 0; for (k in p) c++; print c }')
   if [ "$pages" -ge 1 ] && [ "$pages" -le 2 ]; then
