@@ -24,7 +24,7 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     page->free = list_end_of(page);
     page->in_full = 0;
     /* relaxed: the page is not yet visible to any other thread. */
-    atomic_store_explicit(&page->thread_free, 0, memory_order_relaxed);
+    atomic_store_explicit(&page->thread_free, thread_free_empty_word(page), memory_order_relaxed);
     page->next = page->prev = NULL;
 }
 
@@ -108,14 +108,15 @@ static void page_reset_reclaimed(struct page *page) {
 static NOINLINE uint32_t page_collect_remote_list(struct page *page) {
     /* acquire: pairs with the pushers' release, so their link writes are seen,
      * and with a purger's reclaim, so its madvise has begun. */
-    uintptr_t word = atomic_exchange_explicit(&page->thread_free, 0, memory_order_acquire);
+    uintptr_t word = atomic_exchange_explicit(&page->thread_free, thread_free_empty_word(page),
+                                              memory_order_acquire);
     if (unlikely(word == THREAD_FREE_RECLAIMED)) {
         page_reset_reclaimed(page);
         return 0;
     }
     struct block *list = thread_free_head(word);
     uint32_t count = thread_free_count(word);
-    if (list == NULL) return 0;
+    if (count == 0) return 0; /* a purger took the list since the peek */
     if (unlikely(count == page->reserved))
         remote_freed_page_note((uint64_t)page->slice_count << SLICE_SHIFT, false);
     if (unlikely(count == 0 || count > page->used))
@@ -139,7 +140,8 @@ uint32_t page_collect_remote(struct page *page) {
     /* relaxed peek: skipping an exchange when nothing is there is the common
      * case (larson: half a million calls a second), kept apart so that it
      * saves no registers; a block pushed just after is collected next time. */
-    if (atomic_load_explicit(&page->thread_free, memory_order_relaxed) == 0) return 0;
+    uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
+    if (thread_free_count(word) == 0 && word != THREAD_FREE_RECLAIMED) return 0;
     return page_collect_remote_list(page);
 }
 
@@ -149,7 +151,8 @@ void page_collect_if_empties(struct page *page) {
     /* relaxed: a hint; the count only grows until the exchange, which takes
      * at most `used` blocks, so a match here is still a match then. */
     uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-    if (word == THREAD_FREE_RECLAIMED || (word != 0 && thread_free_count(word) == page->used))
+    if (word == THREAD_FREE_RECLAIMED ||
+        (thread_free_count(word) != 0 && thread_free_count(word) == page->used))
         page_collect_remote(page);
 }
 

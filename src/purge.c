@@ -389,10 +389,12 @@ static size_t release_remote_freed_blocks(void) {
             struct page *page = &s->pages[i];
             /* relaxed: a hint; the exchange below is what takes the list */
             uintptr_t seen = atomic_load_explicit(&page->thread_free, memory_order_relaxed);
-            if (seen == 0 || seen == THREAD_FREE_RECLAIMED) continue; /* purge lock: stays so */
-            uintptr_t taken = atomic_exchange_explicit(&page->thread_free, 0, memory_order_acquire);
+            /* reclaimed too (count zero); purge lock: stays so */
+            if (thread_free_count(seen) == 0) continue;
+            uintptr_t taken = atomic_exchange_explicit(
+                &page->thread_free, thread_free_empty_word(page), memory_order_acquire);
             struct block *list = thread_free_head(taken);
-            if (list == NULL) continue;
+            if (thread_free_count(taken) == 0) continue;
             size_t block_size = __atomic_load_n(&page->block_size, __ATOMIC_RELAXED);
             /* read while the list is out: its blocks keep the page in use */
             uint32_t reserved = page->reserved;

@@ -129,7 +129,7 @@ segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms
         /* acquire: the pushers' writes into their blocks come before the
          * madvise that drops them */
         uintptr_t word = atomic_load_explicit(&page->thread_free, memory_order_acquire);
-        if (word == 0 || word == THREAD_FREE_RECLAIMED) continue;
+        if (thread_free_count(word) == 0) continue; /* empty, or reclaimed */
         /* a page's first slice, in use (a retired descriptor keeps no list:
          * its block test is closed, so nothing is pushed there) */
         if (page->first != page || page->area_size == 0) continue;
