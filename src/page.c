@@ -119,8 +119,7 @@ static NOINLINE uint32_t page_collect_remote_list(struct page *page) {
     if (count == 0) return 0; /* a purger took the list since the peek */
     if (unlikely(count == page->reserved))
         remote_freed_page_note((uint64_t)page->slice_count << SLICE_SHIFT, false);
-    if (unlikely(count == 0 || count > page->used))
-        fatal_error("free(): double free detected (remote)");
+    if (unlikely(count > page->used)) fatal_error("free(): double free detected (remote)");
     uint32_t local_count = (uint32_t)page->capacity - page->used;
     if (local_count == 0) {
         page->free = list;
