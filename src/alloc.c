@@ -30,10 +30,11 @@ static inline void *malloc_inline(size_t size) {
     struct heap *heap = t_heap;
     size_t cls; /* size_t: no zero-extension after the table load */
     /* relaxed, both: tunables; a stale value only routes one call another
-     * way. Up to 1 KiB the table holds the limit (size_class_table_limit):
-     * the common sizes skip the limit's load and compare. */
+     * way. Up to 1 KiB the heap's table holds the limit
+     * (size_class_table_limit): the common sizes skip the limit's load and
+     * compare. g_empty_heap's table is all 0: the empty class. */
     if (likely(size <= 1024))
-        cls = atomic_load_explicit(&g_class_of_small[(size + 15) >> 4], memory_order_relaxed);
+        cls = atomic_load_explicit(&heap->class_of_small[(size + 15) >> 4], memory_order_relaxed);
     else if (likely(size <= atomic_load_explicit(&g_small_limit, memory_order_relaxed)))
         cls = size_class_of(size);
     else

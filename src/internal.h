@@ -186,8 +186,10 @@ static inline unsigned slices_for_size(size_t size) {
 }
 
 /* ---- size classes ---- */
-extern _Atomic uint8_t g_class_of_small[65] INTERNAL; /* fast path: (size + 15) >> 4 -> class */
-void size_class_table_limit(size_t limit) INTERNAL;
+/* (size + 15) >> 4 -> class; what a heap's table derives from */
+extern _Atomic uint8_t g_class_of_small[CLASS_TABLE_SIZE] INTERNAL;
+bool size_class_table_limit(size_t limit) INTERNAL; /* true: the table changed */
+unsigned class_young(unsigned cls) INTERNAL;
 extern const uint32_t g_class_size[SMALL_CLASS_COUNT] INTERNAL;
 extern const uint8_t g_class_slices[SMALL_CLASS_COUNT] INTERNAL;
 /* The first class from cls up whose block size is a multiple of `alignment`
@@ -540,7 +542,9 @@ void heap_page_empty(struct heap *heap, struct page *page) INTERNAL;
 bool heap_large_grow(void *p, size_t size) INTERNAL;   /* false: p untouched */
 bool heap_large_shrink(void *p, size_t size) INTERNAL; /* false: p untouched */
 void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
-struct heap *heap_for_thread(void) INTERNAL; /* creates this thread's heap if needed */
+void heap_young_end(struct heap *heap) INTERNAL; /* owner: fine classes from now on */
+void heap_class_tables_refresh(void) INTERNAL;   /* after g_class_of_small changed */
+struct heap *heap_for_thread(void) INTERNAL;     /* creates this thread's heap if needed */
 void heap_freed_block_check(struct page *page, struct block *b, const char *message) INTERNAL;
 
 /* ---- huge.c ---- */

@@ -64,7 +64,9 @@ static void small_limit_update(void) {
                    : OPTION(mmap_threshold) == 0                                 ? 0
                                                  : OPTION(mmap_threshold) - 1;
     atomic_store_explicit(&g_small_limit, limit, memory_order_relaxed);
-    size_class_table_limit(limit);
+    /* Only a change takes the heaps lock: the dynamic mmap threshold comes
+     * here on huge frees (under the huge lock) and never changes an entry. */
+    if (size_class_table_limit(limit)) heap_class_tables_refresh();
 }
 
 /* glibc: freeing a mapped block raises the mmap threshold to its size (up to

@@ -273,12 +273,18 @@ static bool segment_purging(struct segment *segment) {
 /* A heap needs room: adopt an abandoned segment, reuse a cached one, or map. */
 struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
     struct segment *segment = source == SEGMENT_ANY ? segment_try_adopt(heap) : NULL;
-    if (segment) return segment;
+    /* a used segment has its slices' pages where their classes put them
+     * (segment_take_run): a young heap would carve past them */
+    if (segment) {
+        heap_young_end(heap);
+        return segment;
+    }
     if (source != SEGMENT_NEW) {
         spin_lock(&g_segment_cache_lock);
         segment = cache_list_pop(&segment_cache);
         if (segment == NULL) segment = cache_list_pop(&segment_cache_released);
         spin_unlock(&g_segment_cache_lock);
+        if (segment) heap_young_end(heap);
     }
     if (segment == NULL) segment = segment_create();
     if (segment == NULL) return NULL;

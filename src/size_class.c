@@ -16,13 +16,14 @@
  * and that all of it is usable. */
 #include "internal.h"
 
-/* class of a size up to 1 KiB, indexed by (size + 15) >> 4: malloc's fast
- * path only. Derived from size_class_of() by size_class_table_limit, which
- * initialisation and every change of the mmap threshold call; until then
- * every entry is 0, the class that stays empty, so malloc takes the slow
- * path (which initialises). An entry stays 0 where its sizes must not come
- * from a class: above a lowered mmap threshold, or all in checked mode. */
-_Atomic uint8_t g_class_of_small[65];
+/* class of a size up to 1 KiB, indexed by (size + 15) >> 4: what each
+ * heap's table (malloc's fast path) is copied from. Derived from
+ * size_class_of() by size_class_table_limit, which initialisation and every
+ * change of the mmap threshold call; until then every entry is 0, the class
+ * that stays empty, so malloc takes the slow path (which initialises). An
+ * entry stays 0 where its sizes must not come from a class: above a lowered
+ * mmap threshold, or all in checked mode. */
+_Atomic uint8_t g_class_of_small[CLASS_TABLE_SIZE];
 
 /* block size of each class */
 const uint32_t g_class_size[SMALL_CLASS_COUNT] = {
@@ -38,13 +39,24 @@ const uint8_t g_class_slices[SMALL_CLASS_COUNT] = {
     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4,
 };
 
-/* Routes sizes above `limit` (at most 1 KiB matters) to the slow path. */
-void size_class_table_limit(size_t limit) {
-    for (size_t i = 1; i < 65; i++) {
+/* The power-of-two class at or above cls, for the classes of at most 1 KiB
+ * (a young heap's); 0 and larger classes stay. */
+unsigned class_young(unsigned cls) {
+    if (cls == 0 || g_class_size[cls] > 1024) return cls;
+    uint32_t size = g_class_size[cls];
+    return size_class_of(size <= 16 ? 16 : (size_t)1 << (32 - __builtin_clz(size - 1)));
+}
+
+/* Routes sizes above `limit` (at most 1 KiB matters) to the slow path.
+ * True if an entry changed: the heaps' tables are then out of date
+ * (heap_class_tables_refresh). */
+bool size_class_table_limit(size_t limit) {
+    bool changed = false;
+    for (size_t i = 1; i < CLASS_TABLE_SIZE; i++) {
         size_t largest = i << 4; /* the largest size of entry i */
+        uint8_t cls = largest <= limit ? (uint8_t)size_class_of(largest) : 0;
         /* relaxed: a malloc racing with mallopt may use either entry */
-        atomic_store_explicit(&g_class_of_small[i],
-                              largest <= limit ? (uint8_t)size_class_of(largest) : 0,
-                              memory_order_relaxed);
+        changed |= atomic_exchange_explicit(&g_class_of_small[i], cls, memory_order_relaxed) != cls;
     }
+    return changed;
 }

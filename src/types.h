@@ -27,6 +27,7 @@
 
 #define SMALL_CLASS_COUNT 46                 /* classes 0..45, 16 B .. 32 KiB */
 #define SMALL_MAX         ((size_t)32 << 10) /* largest size served from a class */
+#define CLASS_TABLE_SIZE  65                 /* size -> class tables: 0 .. (1024 + 15) >> 4 */
 #define LARGE_CLASS       SMALL_CLASS_COUNT  /* class_index of a one-block page */
 /* Largest block served from a segment's slices; bigger ones below the mmap
  * threshold come from the arena (arena.c), one pool where freed blocks of
@@ -155,6 +156,13 @@ struct segment {
  * remote_batches_open is set iff remote_batches[i].page_and_count != 0. */
 struct heap {
     struct page *pages_direct[SMALL_CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
+    /* malloc's fast path: the class of a size up to 1 KiB, by (size + 15) >> 4.
+     * Invariant, whenever the heaps lock is free: g_class_of_small's entry,
+     * or while `young` the power-of-two class at or above it
+     * (heap_class_table_fill); 0 (the empty class) routes to the slow path.
+     * Written under the heaps lock (mallopt rewrites every heap's), read by
+     * the owner with relaxed loads. */
+    _Atomic uint8_t class_of_small[CLASS_TABLE_SIZE];
     /* Pages the queue search met with no free block and nothing left to
      * carve, out of the queue so that the search finds free blocks past
      * them; NULL if none. A page goes back when blocks come back to it. */
@@ -179,7 +187,11 @@ struct heap {
         uint8_t clean;     /* a purger released its memory: reads as zero */
     } page_cache[8];       /* cache lock: recently emptied pages, oldest first */
     uint8_t exiting;       /* thread-exit destructor has run once */
-    uint16_t arena_home;   /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
+    /* Sizes up to 1 KiB go to power-of-two classes (heap.c, "young heaps"):
+     * set at creation, cleared for good by the owner under the heaps lock */
+    uint8_t young;
+    uint8_t young_carves; /* owner: OS pages of blocks carved while young */
+    uint16_t arena_home;  /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in
      * batches"): a slot per descriptor index, so a slot holds one page's
