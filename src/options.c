@@ -64,8 +64,9 @@ static void small_limit_update(void) {
                    : OPTION(mmap_threshold) == 0                                 ? 0
                                                  : OPTION(mmap_threshold) - 1;
     atomic_store_explicit(&g_small_limit, limit, memory_order_relaxed);
-    /* Only a change takes the heaps lock: the dynamic mmap threshold comes
-     * here on huge frees (under the huge lock) and never changes an entry. */
+    /* Only a change walks the heaps (under the heaps lock, taken inside the
+     * options lock): the dynamic mmap threshold, which huge frees move,
+     * stays above 1 KiB and never changes an entry. */
     if (size_class_table_limit(limit)) heap_class_tables_refresh();
 }
 
