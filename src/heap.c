@@ -129,8 +129,9 @@ static struct heap *heap_struct_alloc(void) {
  * 100 blocks of 8 sizes: RssAnon 25.8 MiB, glibc's 9.3, whose threads share
  * arenas). A young heap serves the sizes up to 1 KiB from the power-of-two
  * classes (7 classes where there are 21), in blocks at most twice the size,
- * until it has carved YOUNG_CARVES OS pages of blocks or taken a segment
- * that another heap used; then the fine classes, for good. What it handed
+ * until it has carved YOUNG_CARVES OS pages of blocks of those classes (the
+ * bigger ones are the same young or not) or taken a segment that another
+ * heap left with its memory; then the fine classes, for good. What it handed
  * out stays where it is, and the pages serve their class as any other. A
  * heap starts young only when YOUNG_HEAPS_MIN others are live: with a few
  * threads the young pages' blocks that the fine classes no longer reach
@@ -167,9 +168,11 @@ void heap_young_end(struct heap *heap) {
     spin_unlock(&g_heaps_lock);
 }
 
-/* Before the heap carves an OS page of blocks. */
-static inline void heap_young_carve(struct heap *heap) {
-    if (unlikely(heap->young) && ++heap->young_carves >= YOUNG_CARVES) heap_young_end(heap);
+/* Before the heap carves an OS page of blocks of class cls: a young class
+ * (up to 1 KiB) counts; a bigger one is the same class young or not. */
+static inline void heap_young_carve(struct heap *heap, unsigned cls) {
+    if (unlikely(heap->young) && g_class_size[cls] <= 1024 && ++heap->young_carves >= YOUNG_CARVES)
+        heap_young_end(heap);
 }
 
 /* The class the slow path serves a size of at most SMALL_MAX from. */
@@ -508,7 +511,7 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
         struct page *rescued = full_list_rescue(heap, cls);
         if (rescued != NULL && !page_list_empty(rescued)) return rescued;
         if (rescued != NULL) extendable = rescued;
-        if (extendable != NULL) heap_young_carve(heap);
+        if (extendable != NULL) heap_young_carve(heap, cls);
         if (extendable != NULL && page_extend(extendable)) {
             *head = extendable;
             return extendable;
@@ -517,10 +520,10 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
     } else {
         struct page *rescued = full_list_rescue(heap, cls);
         if (rescued != NULL && !page_list_empty(rescued)) return rescued;
-        if (rescued != NULL) heap_young_carve(heap);
+        if (rescued != NULL) heap_young_carve(heap, cls);
         if (rescued != NULL && page_extend(rescued)) return rescued;
     }
-    heap_young_carve(heap);
+    heap_young_carve(heap, cls);
     return heap_new_class_page(heap, cls);
 }
 

@@ -282,9 +282,10 @@ struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
     if (source != SEGMENT_NEW) {
         spin_lock(&g_segment_cache_lock);
         segment = cache_list_pop(&segment_cache);
+        bool dirty = segment != NULL; /* a released one reads as zero, as a new one */
         if (segment == NULL) segment = cache_list_pop(&segment_cache_released);
         spin_unlock(&g_segment_cache_lock);
-        if (segment) heap_young_end(heap);
+        if (dirty) heap_young_end(heap);
     }
     if (segment == NULL) segment = segment_create();
     if (segment == NULL) return NULL;

@@ -190,7 +190,7 @@ struct heap {
     /* Sizes up to 1 KiB go to power-of-two classes (heap.c, "young heaps"):
      * set at creation, cleared for good by the owner under the heaps lock */
     uint8_t young;
-    uint8_t young_carves; /* owner: OS pages of blocks carved while young */
+    uint8_t young_carves; /* owner: OS pages of blocks up to 1 KiB carved while young */
     uint16_t arena_home;  /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in

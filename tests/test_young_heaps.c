@@ -1,7 +1,7 @@
 /* Young heaps (heap.c): a thread that starts while 8 or more threads hold
  * heaps serves the sizes up to 1 KiB from the power-of-two classes, until it
- * has carved 8 OS pages of blocks or taken a used segment, and then from the
- * fine classes; the blocks it got young stay valid. A thread that starts
+ * has carved 8 OS pages of blocks of those classes or taken a used segment,
+ * and then from the fine classes; the blocks it got young stay valid. A thread that starts
  * with fewer heaps live uses the fine classes from its first block. And the
  * routing obeys mallopt: a lowered mmap threshold reaches a young heap's
  * table too (a size above it is mapped on its own). */
@@ -61,6 +61,22 @@ static void *young_thread(void *arg) {
                sizes[i][0], usable, sizes[i][1]);
         free(p);
     }
+    /* bigger blocks are the same classes young or not: carving 60 KiB of
+     * them leaves the heap young */
+    void *big[20];
+    for (int i = 0; i < 20; i++) {
+        big[i] = malloc(3000);
+        CHECK(big[i] != NULL);
+        memset(big[i], 0x33, 3000);
+    }
+    void *q = malloc(100);
+    CHECK(q != NULL);
+    CHECKF(malloc_usable_size(q) == YOUNG_100,
+           "after 60 KiB of 3000-byte blocks: malloc_usable_size(malloc(100)) = %zu",
+           malloc_usable_size(q));
+    free(q);
+    for (int i = 0; i < 20; i++)
+        free(big[i]);
     /* grown: 64 KiB of 1000-byte blocks carves far more than 8 OS pages */
     void *grown[64];
     for (int i = 0; i < 64; i++) {
