@@ -41,6 +41,29 @@ static size_t distinct_pages(void *const *blocks, size_t count) {
     return distinct;
 }
 
+/* malloc(100)'s usable size must be `expected` (FINE_100 or YOUNG_100). */
+static void check_usable_100(size_t expected, const char *when) {
+    void *p = malloc(100);
+    CHECK(p != NULL);
+    CHECKF(malloc_usable_size(p) == expected, "%s: malloc_usable_size(malloc(100)) = %zu, not %zu",
+           when, malloc_usable_size(p), expected);
+    free(p);
+}
+
+/* `count` blocks of `size` bytes in blocks[], written. */
+static void alloc_written(void **blocks, int count, size_t size) {
+    for (int i = 0; i < count; i++) {
+        blocks[i] = malloc(size);
+        CHECK(blocks[i] != NULL);
+        memset(blocks[i], 0x5a, size);
+    }
+}
+
+static void free_all(void **blocks, int count) {
+    for (int i = 0; i < count; i++)
+        free(blocks[i]);
+}
+
 static void *young_thread(void *arg) {
     (void)arg;
     /* sizes of 8 fine classes, 4 power-of-two ones: 16, 32, 64, 128 */
@@ -64,31 +87,13 @@ static void *young_thread(void *arg) {
     /* bigger blocks are the same classes young or not: carving 60 KiB of
      * them leaves the heap young */
     void *big[20];
-    for (int i = 0; i < 20; i++) {
-        big[i] = malloc(3000);
-        CHECK(big[i] != NULL);
-        memset(big[i], 0x33, 3000);
-    }
-    void *q = malloc(100);
-    CHECK(q != NULL);
-    CHECKF(malloc_usable_size(q) == YOUNG_100,
-           "after 60 KiB of 3000-byte blocks: malloc_usable_size(malloc(100)) = %zu",
-           malloc_usable_size(q));
-    free(q);
-    for (int i = 0; i < 20; i++)
-        free(big[i]);
+    alloc_written(big, 20, 3000);
+    check_usable_100(YOUNG_100, "after 60 KiB of 3000-byte blocks");
+    free_all(big, 20);
     /* grown: 64 KiB of 1000-byte blocks carves far more than 8 OS pages */
     void *grown[64];
-    for (int i = 0; i < 64; i++) {
-        grown[i] = malloc(1000);
-        CHECK(grown[i] != NULL);
-        memset(grown[i], 0x5a, 1000);
-    }
-    void *p = malloc(100);
-    CHECK(p != NULL);
-    CHECKF(malloc_usable_size(p) == FINE_100,
-           "after growing: malloc_usable_size(malloc(100)) = %zu", malloc_usable_size(p));
-    free(p);
+    alloc_written(grown, 64, 1000);
+    check_usable_100(FINE_100, "after growing");
     for (size_t i = 0; i < 8; i++) {
         const unsigned char *b = blocks[i];
         for (size_t j = 0; j < 16 + i * 16; j++)
@@ -96,18 +101,13 @@ static void *young_thread(void *arg) {
                    16 + i * 16, j);
         free(blocks[i]);
     }
-    for (int i = 0; i < 64; i++)
-        free(grown[i]);
+    free_all(grown, 64);
     return NULL;
 }
 
 static void *fine_thread(void *arg) {
     (void)arg;
-    void *p = malloc(100);
-    CHECK(p != NULL);
-    CHECKF(malloc_usable_size(p) == FINE_100, "few heaps: malloc_usable_size(malloc(100)) = %zu",
-           malloc_usable_size(p));
-    free(p);
+    check_usable_100(FINE_100, "few heaps");
     return NULL;
 }
 
@@ -117,10 +117,7 @@ static pthread_barrier_t young_ready, threshold_set;
  * bytes must be mapped on their own (4 KiB usable), 200 stay in a class. */
 static void *threshold_thread(void *arg) {
     (void)arg;
-    void *p = malloc(100);
-    CHECK(p != NULL);
-    CHECKF(malloc_usable_size(p) == YOUNG_100, "young heap: malloc_usable_size(malloc(100)) = %zu",
-           malloc_usable_size(p));
+    check_usable_100(YOUNG_100, "young heap"); /* its heap and segment, young */
     pthread_barrier_wait(&young_ready);
     pthread_barrier_wait(&threshold_set);
     void *q = malloc(300), *r = malloc(200);
@@ -130,7 +127,6 @@ static void *threshold_thread(void *arg) {
            malloc_usable_size(q));
     CHECKF(malloc_usable_size(r) == 256,
            "mmap threshold 256: malloc_usable_size(malloc(200)) = %zu", malloc_usable_size(r));
-    free(p);
     free(q);
     free(r);
     return NULL;
