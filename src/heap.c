@@ -168,11 +168,12 @@ void heap_young_end(struct heap *heap) {
     spin_unlock(&g_heaps_lock);
 }
 
-/* Before the heap carves an OS page of blocks of class cls: a young class
- * (up to 1 KiB) counts; a bigger one is the same class young or not. */
-static inline void heap_young_carve(struct heap *heap, unsigned cls) {
-    if (unlikely(heap->young) && g_class_size[cls] <= 1024 && ++heap->young_carves >= YOUNG_CARVES)
+/* page_extend for the heap's own pages: a young heap counts the carves of
+ * its classes up to 1 KiB (a bigger class is the same young or not). */
+static bool heap_page_extend(struct heap *heap, struct page *page) {
+    if (unlikely(heap->young) && page->block_size <= 1024 && ++heap->young_carves >= YOUNG_CARVES)
         heap_young_end(heap);
+    return page_extend(page);
 }
 
 /* The class the slow path serves a size of at most SMALL_MAX from. */
@@ -441,7 +442,7 @@ static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
     if (page == NULL) return NULL;
     if (!reusable) {
         page_init(page, cls, g_class_size[cls]);
-        page_extend(page);
+        heap_page_extend(heap, page);
     }
     heap->pages_allocated[cls]++;
     queue_insert_head(&heap->pages_direct[cls], page);
@@ -511,19 +512,16 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
         struct page *rescued = full_list_rescue(heap, cls);
         if (rescued != NULL && !page_list_empty(rescued)) return rescued;
         if (rescued != NULL) extendable = rescued;
-        if (extendable != NULL) heap_young_carve(heap, cls);
-        if (extendable != NULL && page_extend(extendable)) {
+        if (extendable != NULL && heap_page_extend(heap, extendable)) {
             *head = extendable;
             return extendable;
         }
         if (*head != &g_empty_page) *head = page; /* resume the search here next time */
     } else {
         struct page *rescued = full_list_rescue(heap, cls);
-        if (rescued != NULL && !page_list_empty(rescued)) return rescued;
-        if (rescued != NULL) heap_young_carve(heap, cls);
-        if (rescued != NULL && page_extend(rescued)) return rescued;
+        if (rescued != NULL && (!page_list_empty(rescued) || heap_page_extend(heap, rescued)))
+            return rescued;
     }
-    heap_young_carve(heap, cls);
     return heap_new_class_page(heap, cls);
 }
 
