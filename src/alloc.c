@@ -41,7 +41,7 @@ static inline void *malloc_inline(size_t size) {
         return heap_malloc_slow(heap, size);
     struct block *b = class_pop_inline(heap, cls);
     if (likely(b != NULL)) return b;
-    return heap_malloc_slow(heap, size);
+    return heap_malloc_refill(heap, cls, size);
 }
 
 API void *TM_NAME(malloc)(size_t size) {

@@ -523,6 +523,8 @@ extern struct spin_lock g_heaps_lock INTERNAL;
 extern struct heap *g_heaps INTERNAL;
 extern _Atomic uint64_t g_heap_count INTERNAL;
 void *heap_malloc_slow(struct heap *heap, size_t size) INTERNAL;
+/* malloc's fast path found class cls dry (cls 0: the generic path) */
+void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) INTERNAL;
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) INTERNAL;
 void heap_atfork_child(bool locked) INTERNAL; /* locked: the fork took our locks first */
 
