@@ -6,7 +6,9 @@
  * RSS_PARTS=MS samples every MS milliseconds instead of 20.)
  * Every 20 ms a thread reads /proc/self/status and tidemalloc's segments,
  * found in /proc/self/maps and recognised by their headers, and sorts each
- * resident OS page (mincore) by what holds it: a segment header, a class
+ * resident OS page (mincore, less the pages that map the kernel's zero page,
+ * which the RSS does not count: /proc/self/pagemap, when the process may read
+ * frame numbers) by what holds it: a segment header, a class
  * page, a large page or a free slice. It also sums the resident pages of the
  * live blocks of 64 KiB or more outside segments (direct-mapped blocks,
  * tracked through the calls it forwards). At exit it prints on stderr the
@@ -183,6 +185,43 @@ static int mem_fd = -1;
 static char maps[1 << 18];
 static struct segment header; /* a copy of the segment being read */
 static unsigned char residency[SEGMENT_SIZE / OS_PAGE_SIZE];
+static uint64_t pagemap_entries[SEGMENT_SIZE / OS_PAGE_SIZE];
+static int pagemap_fd = -1;
+static uint64_t zero_pfn; /* the kernel's shared zero page; 0: unknown (no CAP_SYS_ADMIN) */
+
+#define PAGEMAP_PRESENT  ((uint64_t)1 << 63)
+#define PAGEMAP_PFN_MASK (((uint64_t)1 << 55) - 1)
+
+/* A page only read since it was mapped (a descriptor a scan looked at, a
+ * block calloc left alone) maps the kernel's zero page: mincore calls it
+ * resident, the RSS does not count it. Found through /proc/self/pagemap,
+ * whose frame numbers only a privileged process sees. */
+static void zero_pfn_find(void) {
+    pagemap_fd = open("/proc/self/pagemap", O_RDONLY);
+    if (pagemap_fd < 0) return;
+    volatile char *probe = mmap(NULL, OS_PAGE_SIZE, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (probe == MAP_FAILED) return;
+    (void)probe[0];
+    uint64_t entry = 0;
+    if (pread(pagemap_fd, &entry, sizeof entry, (off_t)((uintptr_t)probe / OS_PAGE_SIZE * 8)) ==
+            (ssize_t)sizeof entry &&
+        (entry & PAGEMAP_PRESENT))
+        zero_pfn = entry & PAGEMAP_PFN_MASK;
+    munmap((void *)probe, OS_PAGE_SIZE);
+}
+
+/* Clears the residency of the pages [start, start + pages) that map the zero page. */
+static void residency_drop_zero_pages(uintptr_t start, size_t pages) {
+    if (zero_pfn == 0) return;
+    size_t length = pages * sizeof pagemap_entries[0];
+    if (pread(pagemap_fd, pagemap_entries, length, (off_t)(start / OS_PAGE_SIZE * 8)) !=
+        (ssize_t)length)
+        return;
+    for (size_t i = 0; i < pages; i++)
+        if ((pagemap_entries[i] & PAGEMAP_PRESENT) &&
+            (pagemap_entries[i] & PAGEMAP_PFN_MASK) == zero_pfn)
+            residency[i] = 0;
+}
 
 static long status_kib(const char *buffer, const char *key) {
     const char *at = strstr(buffer, key);
@@ -237,6 +276,7 @@ static double resident_bytes(uintptr_t from, size_t length) {
     while (pages > 0) { /* a block may be larger than the residency buffer */
         size_t chunk = pages < sizeof residency ? pages : sizeof residency;
         if (mincore((void *)start, chunk * OS_PAGE_SIZE, residency)) return bytes;
+        residency_drop_zero_pages(start, chunk);
         for (size_t i = 0; i < chunk; i++)
             bytes += (residency[i] & 1) * (double)OS_PAGE_SIZE;
         start += chunk * OS_PAGE_SIZE;
@@ -255,6 +295,7 @@ static void sample(void) {
             continue;
         }
         if (mincore((void *)base, SEGMENT_SIZE, residency)) continue;
+        residency_drop_zero_pages(base, SEGMENT_SIZE / OS_PAGE_SIZE);
         struct segment_parts *mine = &now.segment[now.segment_count++];
         mine->base = base;
         mine->owner_id = header.owner_id;
@@ -384,6 +425,7 @@ __attribute__((constructor)) static void start(void) {
     if (atoi(setting) > 1) interval_ms = (unsigned)atoi(setting); /* RSS_PARTS=MS */
     resolve();
     mem_fd = open("/proc/self/mem", O_RDONLY);
+    zero_pfn_find();
     pthread_t thread;
     pthread_create(&thread, NULL, sampler, NULL);
 }
