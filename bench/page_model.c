@@ -41,25 +41,25 @@
 static const uint32_t class_size[NCLASS] = {16,  32,  48,  64,  80,  96,  112, 128, 160, 192,
                                             224, 256, 320, 384, 448, 512, 640, 768, 896, 1024};
 
-struct blk {
+struct block {
     uintptr_t link; /* L: next ^ this ^ LINK_KEY; l: next */
     uintptr_t key;  /* L: the page's descriptor while free */
 };
 
 struct page {
-    uintptr_t start;   /* block 0; the last block ends the page */
-    uint64_t inverse;  /* block test: (floor(2^40 / size) + 1) << 24, as tidemalloc's */
-    struct blk *free;  /* L, l: list head, ending in the segment's list_end */
-    uint64_t summary;  /* B, b: bit g set iff bits[g] != 0 */
-    uint64_t *bits;    /* B, b: bit i set iff block i is free */
-    uint32_t used;     /* blocks handed out */
-    uint32_t size;     /* block size */
-    struct page *next; /* ring of the class's pages */
+    uintptr_t start;    /* block 0; the last block ends the page */
+    uint64_t inverse;   /* block test: (floor(2^40 / size) + 1) << 24, as tidemalloc's */
+    struct block *free; /* L, l: list head, ending in the segment's list_end */
+    uint64_t summary;   /* B, b: bit g set iff bits[g] != 0 */
+    uint64_t *bits;     /* B, b: bit i set iff block i is free */
+    uint32_t used;      /* blocks handed out */
+    uint32_t size;      /* block size */
+    struct page *next;  /* ring of the class's pages */
     char padding[8];
 };
 
 struct segment {
-    struct blk list_end; /* every list of the segment ends here: link 0 fails L's check */
+    struct block list_end; /* every list of the segment ends here: link 0 fails L's check */
     char padding[48];
     struct page pages[64];
 };
@@ -108,9 +108,9 @@ static struct page *page_new(unsigned cls, bool bitmap, bool checks) {
     }
     page->start = (uintptr_t)base + PAGE_SIZE - (uintptr_t)count * size;
     if (!bitmap) {
-        struct blk *next = &segment->list_end;
+        struct block *next = &segment->list_end;
         for (uint32_t k = count; k-- > 0;) {
-            struct blk *b = (struct blk *)(page->start + (uintptr_t)k * size);
+            struct block *b = (struct block *)(page->start + (uintptr_t)k * size);
             b->link = checks ? (uintptr_t)next ^ LINK_KEY ^ (uintptr_t)b : (uintptr_t)next;
             b->key = 0;
             next = b;
@@ -144,11 +144,11 @@ static inline ALWAYS_INLINE void *list_malloc(unsigned cls, bool checks) {
     struct page *page = head[cls];
     if (unlikely(page == NULL)) page = page_find(cls, false, checks);
     for (;;) {
-        struct blk *b = page->free, *next;
+        struct block *b = page->free, *next;
         if (checks) {
             uintptr_t delta = b->link ^ LINK_KEY; /* next ^ b */
             if (likely((delta >> SEG_SHIFT) == 0)) {
-                next = (struct blk *)(delta ^ (uintptr_t)b);
+                next = (struct block *)(delta ^ (uintptr_t)b);
             } else {
                 if (b != &segment_of(page)->list_end) die("malloc(): corrupted free list");
                 page = page_find(cls, false, checks);
@@ -159,7 +159,7 @@ static inline ALWAYS_INLINE void *list_malloc(unsigned cls, bool checks) {
                 page = page_find(cls, false, checks);
                 continue;
             }
-            next = (struct blk *)b->link;
+            next = (struct block *)b->link;
         }
         __builtin_prefetch(next);
         page->free = next;
@@ -171,7 +171,7 @@ static inline ALWAYS_INLINE void *list_malloc(unsigned cls, bool checks) {
 
 static inline ALWAYS_INLINE void list_free(void *p, bool checks) {
     struct page *page = page_of(p);
-    struct blk *b = p;
+    struct block *b = p;
     if (checks) {
         if (unlikely((uint64_t)((uintptr_t)p - page->start) * page->inverse >= page->inverse))
             die("free(): invalid pointer");
