@@ -210,17 +210,20 @@ static void zero_pfn_find(void) {
     munmap((void *)probe, OS_PAGE_SIZE);
 }
 
-/* Clears the residency of the pages [start, start + pages) that map the zero page. */
-static void residency_drop_zero_pages(uintptr_t start, size_t pages) {
-    if (zero_pfn == 0) return;
+/* Fills residency[0, pages) for the pages from start (bit 0: counted in the
+ * RSS): mincore, less the pages that map the zero page. False if mincore
+ * failed (the range is not mapped). */
+static bool residency_read(uintptr_t start, size_t pages) {
+    if (mincore((void *)start, pages * OS_PAGE_SIZE, residency)) return false;
     size_t length = pages * sizeof pagemap_entries[0];
-    if (pread(pagemap_fd, pagemap_entries, length, (off_t)(start / OS_PAGE_SIZE * 8)) !=
-        (ssize_t)length)
-        return;
+    if (zero_pfn == 0 || pread(pagemap_fd, pagemap_entries, length,
+                               (off_t)(start / OS_PAGE_SIZE * 8)) != (ssize_t)length)
+        return true;
     for (size_t i = 0; i < pages; i++)
         if ((pagemap_entries[i] & PAGEMAP_PRESENT) &&
             (pagemap_entries[i] & PAGEMAP_PFN_MASK) == zero_pfn)
             residency[i] = 0;
+    return true;
 }
 
 static long status_kib(const char *buffer, const char *key) {
@@ -275,8 +278,7 @@ static double resident_bytes(uintptr_t from, size_t length) {
     double bytes = 0;
     while (pages > 0) { /* a block may be larger than the residency buffer */
         size_t chunk = pages < sizeof residency ? pages : sizeof residency;
-        if (mincore((void *)start, chunk * OS_PAGE_SIZE, residency)) return bytes;
-        residency_drop_zero_pages(start, chunk);
+        if (!residency_read(start, chunk)) return bytes;
         for (size_t i = 0; i < chunk; i++)
             bytes += (residency[i] & 1) * (double)OS_PAGE_SIZE;
         start += chunk * OS_PAGE_SIZE;
@@ -294,8 +296,7 @@ static void sample(void) {
             segments[k] = 0; /* a big block's mapping, not a segment */
             continue;
         }
-        if (mincore((void *)base, SEGMENT_SIZE, residency)) continue;
-        residency_drop_zero_pages(base, SEGMENT_SIZE / OS_PAGE_SIZE);
+        if (!residency_read(base, SEGMENT_SIZE / OS_PAGE_SIZE)) continue;
         struct segment_parts *mine = &now.segment[now.segment_count++];
         mine->base = base;
         mine->owner_id = header.owner_id;
