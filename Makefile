@@ -18,7 +18,7 @@ CFLAGS_LIB := -std=c11 -O2 -g $(WARN) -fPIC -fvisibility=hidden -ftls-model=init
               -fno-builtin -fno-stack-protector -fno-plt -fno-tree-slp-vectorize -fdata-sections \
               -Iinclude -Isrc $(EXTRA_CFLAGS)
 LDFLAGS_LIB := -shared -Wl,-soname,$(SONAME) -Wl,-z,now -Wl,--version-script=src/exports.map \
-               -Wl,--sort-section=alignment -lpthread
+               -Wl,--sort-section=alignment -Wl,-T,src/rodata.ld -lpthread
 
 LIB_SRCS := $(wildcard src/*.c)
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
@@ -31,13 +31,21 @@ lib: $(LIB_SO) $(LIB_A)
 
 # The Makefile too: a change of flags rebuilds (make lib-nochecks kept objects
 # built with the flags before it).
+# Built for size: code that runs at start-up, in reports, at fork, or around
+# system calls (release passes) and blocks of 128 KiB and more, where its own
+# instructions are not what costs. The library's text is resident whole in
+# every program (the kernel maps a file's pages 64 KiB around each fault):
+# 16 pages with -O2 everywhere, 13 with these at -Os and the read-only data
+# moved in (src/rodata.ld); instruction counts of the benchmarks within 0.2%
+# (docs/benchmark-history.md, thirty-eighth session).
+COLD_SRCS := arena fork format huge init options os purge segment_release size_class stats
 $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tidemalloc.h Makefile | $(BUILD)/obj
-	$(CC) $(CFLAGS_LIB) -c $< -o $@
+	$(CC) $(CFLAGS_LIB) $(if $(filter $*,$(COLD_SRCS)),-Os) -c $< -o $@
 
 $(BUILD)/obj:
 	mkdir -p $@
 
-$(LIB_SO): $(LIB_OBJS) src/exports.map
+$(LIB_SO): $(LIB_OBJS) src/exports.map src/rodata.ld
 	$(CC) $(LIB_OBJS) $(LDFLAGS_LIB) -o $@.$(VERSION)
 	ln -sf libtidemalloc.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf libtidemalloc.so.$(VERSION) $@

@@ -113,8 +113,13 @@ static struct heap *heap_struct_alloc(void) {
             heap_pool = pool;
             heap_pool_end = pool + SLICE_SIZE;
         }
+        /* fresh from the kernel, so zero already: left untouched, a page
+         * of the pool is resident only where a heap uses it (three heaps
+         * filled three pages; without the memset, two) */
         heap = (struct heap *)heap_pool;
         heap_pool += size;
+        spin_unlock(&g_heaps_lock);
+        return heap;
     }
     /* cleared under the lock: a purger reads a recycled heap's slow-path counts
      * through a segment it owned (purge.c, reclaim_idle_owners) */

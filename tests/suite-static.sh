@@ -49,6 +49,18 @@ else
   echo "FAIL static/imports not in the list: $extra"
 fi
 
+# The unwind tables have a load segment to themselves (src/rodata.ld), which
+# a run maps only when it unwinds: beside the read-only data that every run
+# reads, they were mapped in every program (the kernel maps 64 KiB around a
+# fault), four pages of RSS. tests/test_backtrace.c checks that they work.
+segment=$(readelf -lW "$so" | awk '/Section to Segment mapping/ {m = 1; next}
+  m && / \.eh_frame( |$)/ {$1 = ""; print; exit}')
+if [ "$(echo $segment)" = ".eh_frame_hdr .eh_frame" ]; then
+  echo "PASS static/unwind-tables-apart"
+else
+  echo "FAIL static/unwind-tables-apart their segment holds: $segment"
+fi
+
 # The local malloc and free paths: no lock prefix, no xchg/cmpxchg (both
 # lock the bus), no call into another function on the way to the push/pop.
 # `xchg %ax,%ax` is the assembler's two-byte nop (alignment padding), not an
