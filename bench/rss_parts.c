@@ -19,7 +19,9 @@
  * other threads freed and the owner has not collected, then its segments one
  * by one: who owns each (a live heap, abandoned, or none: cached or frozen),
  * and what is resident in its free slices and class pages against the blocks
- * they hold. "Program's own" is anonymous memory that is none of these
+ * they hold. Beside RssFile it prints the library's own file pages that the
+ * process maps at exit (pagemap's present bit), mapping by mapping.
+ * "Program's own" is anonymous memory that is none of these
  * (stacks, static data, the program's own mappings, cached huge mappings). Headers are
  * read with pread on /proc/self/mem, so a segment unmapped meanwhile reads as
  * an error instead of a crash. A diagnostic, not a benchmark: the sampling
@@ -374,6 +376,51 @@ static void *sampler(void *arg) {
     return NULL;
 }
 
+/* The library's own file pages that the process maps, mapping by mapping
+ * (pagemap's present bit: mincore would report the page cache instead):
+ * what the kernel's fault-around maps of its code and data, part of the
+ * fixed cost over glibc's malloc (docs/benchmarks.md). Its own buffers: the
+ * sampler may still be running. */
+static char library_maps[1 << 18];
+static void report_library_pages(void) {
+    int fd = open("/proc/self/maps", O_RDONLY);
+    size_t used = 0;
+    ssize_t got;
+    while (fd >= 0 && (got = read(fd, library_maps + used, sizeof library_maps - 1 - used)) > 0)
+        used += (size_t)got;
+    if (fd >= 0) close(fd);
+    library_maps[used] = 0;
+    if (pagemap_fd < 0) return;
+    char detail[512];
+    int length = 0;
+    unsigned total = 0;
+    for (char *line = library_maps; line && *line;) {
+        char *end = strchr(line, '\n');
+        if (end) *end = 0;
+        unsigned long lo, hi;
+        char perms[8];
+        if (strstr(line, "libtidemalloc") && sscanf(line, "%lx-%lx %7s", &lo, &hi, perms) == 3) {
+            unsigned present = 0;
+            for (unsigned long page = lo; page < hi; page += OS_PAGE_SIZE) {
+                uint64_t entry = 0;
+                if (pread(pagemap_fd, &entry, sizeof entry, (off_t)(page / OS_PAGE_SIZE * 8)) ==
+                        (ssize_t)sizeof entry &&
+                    (entry & PAGEMAP_PRESENT))
+                    present++;
+            }
+            total += present;
+            if (length < (int)sizeof detail - 32)
+                length += snprintf(detail + length, sizeof detail - (size_t)length, " %s %u/%lu",
+                                   perms, present, (hi - lo) / OS_PAGE_SIZE);
+        }
+        line = end ? end + 1 : NULL;
+    }
+    if (total)
+        fprintf(stderr,
+                "  library's file pages mapped at exit: %u (%u KiB); by mapping, present/all:%s\n",
+                total, total * OS_PAGE_SIZE / 1024, detail);
+}
+
 /* block size of each class: size_class.c is built into this library too */
 extern const uint32_t g_class_size[SMALL_CLASS_COUNT];
 
@@ -400,6 +447,7 @@ __attribute__((destructor)) static void report(void) {
                 at_peak.anon - segments_peak - at_peak.direct);
     report_line("RssAnon", sum.anon, at_peak.anon);
     report_line("RssFile", sum.file, at_peak.file);
+    report_library_pages();
     fprintf(stderr, "  class pages at peak, by block size: pages, KiB resident / in blocks"
                     " (of which freed by other threads, not yet collected)\n");
     for (int c = 0; c < LARGE_CLASS; c++)
