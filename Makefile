@@ -29,8 +29,6 @@ LIB_A    := $(BUILD)/libtidemalloc.a
 all: lib
 lib: $(LIB_SO) $(LIB_A)
 
-# The Makefile too: a change of flags rebuilds (make lib-nochecks kept objects
-# built with the flags before it).
 # Built for size: code that runs at start-up, in reports, at fork, or around
 # system calls (release passes) and blocks of 128 KiB and more, where its own
 # instructions are not what costs. The library's text is resident whole in
@@ -39,6 +37,9 @@ lib: $(LIB_SO) $(LIB_A)
 # moved in (src/rodata.ld); instruction counts of the benchmarks within 0.2%
 # (docs/benchmark-history.md, thirty-eighth session).
 COLD_SRCS := arena fork format huge init options os purge segment_release size_class stats
+
+# The Makefile too: a change of flags rebuilds (make lib-nochecks kept objects
+# built with the flags before it).
 $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tidemalloc.h Makefile | $(BUILD)/obj
 	$(CC) $(CFLAGS_LIB) $(if $(filter $*,$(COLD_SRCS)),-Os) -c $< -o $@
 

@@ -2,11 +2,11 @@
  * of free: the library's unwind tables are there when needed, although they
  * sit apart from everything a run reads (src/rodata.ld), so that a normal run
  * never maps them. A crash handler's or a debugger's backtrace of a heap
- * corruption report depends on this. The child frees a stack address whose
- * header words read zero (every allocator under test aborts on it; one that
- * does not, or crashes, is skipped for a peer, a failure for tidemalloc); its SIGABRT
- * handler walks the stack with backtrace(3) and exits 0 only if one of the
- * frames returns into bad_free_caller. */
+ * corruption report depends on this. The child frees an address in static
+ * data whose header words read zero (each allocator under test aborts on it;
+ * for a peer that does not, or crashes instead, the test is skipped); its
+ * SIGABRT handler walks the stack with backtrace(3) and exits 0 only if one
+ * of the frames returns into bad_free_caller. */
 #include <execinfo.h>
 #include <signal.h>
 
