@@ -249,14 +249,19 @@ static bool read_segment(uintptr_t base) {
     return any;
 }
 
-static void find_segments(void) {
+/* /proc/self/maps into buffer, NUL-terminated (empty if unreadable). */
+static void maps_read(char *buffer, size_t size) {
     int fd = open("/proc/self/maps", O_RDONLY);
     size_t used = 0;
     ssize_t got;
-    while (fd >= 0 && (got = read(fd, maps + used, sizeof maps - 1 - used)) > 0)
+    while (fd >= 0 && (got = read(fd, buffer + used, size - 1 - used)) > 0)
         used += (size_t)got;
     if (fd >= 0) close(fd);
-    maps[used] = 0;
+    buffer[used] = 0;
+}
+
+static void find_segments(void) {
+    maps_read(maps, sizeof maps);
     segment_count = 0;
     for (char *line = maps; line && *line;) {
         char *end = strchr(line, '\n');
@@ -383,14 +388,8 @@ static void *sampler(void *arg) {
  * sampler may still be running. */
 static char library_maps[1 << 18];
 static void report_library_pages(void) {
-    int fd = open("/proc/self/maps", O_RDONLY);
-    size_t used = 0;
-    ssize_t got;
-    while (fd >= 0 && (got = read(fd, library_maps + used, sizeof library_maps - 1 - used)) > 0)
-        used += (size_t)got;
-    if (fd >= 0) close(fd);
-    library_maps[used] = 0;
     if (pagemap_fd < 0) return;
+    maps_read(library_maps, sizeof library_maps);
     char detail[512];
     int length = 0;
     unsigned total = 0;
