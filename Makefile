@@ -29,14 +29,16 @@ LIB_A    := $(BUILD)/libtidemalloc.a
 all: lib
 lib: $(LIB_SO) $(LIB_A)
 
-# Built for size: code that runs at start-up, in reports, at fork, or around
-# system calls (release passes) and blocks of 128 KiB and more, where its own
-# instructions are not what costs. The library's text is resident whole in
-# every program (the kernel maps a file's pages 64 KiB around each fault):
-# 16 pages with -O2 everywhere, 13 with these at -Os and the read-only data
-# moved in (src/rodata.ld); instruction counts of the benchmarks within 0.2%
-# (docs/benchmark-history.md, thirty-eighth session).
-COLD_SRCS := arena fork format huge init options os purge segment_release size_class stats
+# Built for size: code that runs at start-up, in reports, at fork, around
+# system calls (release passes) and blocks of 128 KiB and more, or once a
+# page emptied (the page cache), where its own instructions are not what
+# costs; functions run once a thread or a segment are marked COLD
+# (src/internal.h). The library's code is resident whole in every program
+# (the kernel maps a file's pages 64 KiB around each fault): 16 pages with
+# -O2 everywhere, 12 with these and the read-only data moved in
+# (src/rodata.ld); instruction counts of the benchmarks within the runs'
+# spread (docs/benchmark-history.md, thirty-eighth session).
+COLD_SRCS := arena fork format huge init options os page_cache purge segment_release size_class stats
 
 # The Makefile too: a change of flags rebuilds (make lib-nochecks kept objects
 # built with the flags before it).

@@ -242,7 +242,7 @@ static __thread uint8_t t_heap_exited __attribute__((tls_model("initial-exec")))
 #define EXIT_HEAP_ID 16 /* a thread id is its TLS address: never 16 */
 
 /* malloc (alignment 0) or an aligned allocation from the exit heap. */
-static void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) {
+static COLD void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) {
     spin_lock(&g_exit_heap_lock);
     if (exit_heap == NULL) exit_heap = heap_create(EXIT_HEAP_ID, false);
     void *p = exit_heap == NULL ? NULL
@@ -321,7 +321,7 @@ static uint32_t heap_collect(struct heap *heap, bool exiting) {
     return visited;
 }
 
-static void heap_thread_exit(void *arg) {
+static COLD void heap_thread_exit(void *arg) {
     struct heap *heap = arg;
     int saved = errno;
     t_heap = &g_empty_heap;
@@ -383,7 +383,7 @@ static void heap_thread_exit(void *arg) {
  * and no lock is held; a fork from a signal handler inside our locks did
  * not, and then the caches stay as they are (taking a segment's lock could
  * wait for good). */
-void heap_atfork_child(bool locked) {
+COLD void heap_atfork_child(bool locked) {
     exit_heap_forget();
     struct heap *self = t_heap;
     struct heap *heap = g_heaps;

@@ -22,6 +22,9 @@
 #define INTERNAL    __attribute__((visibility("hidden")))
 #define NOINLINE    __attribute__((noinline))
 #define NORETURN    __attribute__((noreturn))
+/* Run once a thread or a segment, or rarer: optimised for size, as the files
+ * of the Makefile's COLD_SRCS are (the library's code is resident whole). */
+#define COLD __attribute__((cold))
 
 /* Public names. A sanitizer test build defines TIDEMALLOC_PREFIX to get
  * tm_malloc, tm_free... that interpose nothing (tests/sanitize/). */

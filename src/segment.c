@@ -136,7 +136,7 @@ static struct segment *segment_create(void) {
     return segment;
 }
 
-static void segment_destroy(struct segment *segment) {
+static COLD void segment_destroy(struct segment *segment) {
     spin_lock(&g_registry_lock);
     if (segment->all_prev)
         segment->all_prev->all_next = segment->all_next;
@@ -271,7 +271,7 @@ static bool segment_purging(struct segment *segment) {
 }
 
 /* A heap needs room: adopt an abandoned segment, reuse a cached one, or map. */
-struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
+COLD struct segment *segment_acquire(struct heap *heap, enum segment_source source) {
     struct segment *segment = source == SEGMENT_ANY ? segment_try_adopt(heap) : NULL;
     /* a used segment has its slices' pages where their classes put them
      * (segment_take_run): a young heap would carve past them */
@@ -629,7 +629,7 @@ void segment_page_free_frozen(struct page *page, bool clean) {
 }
 
 /* An owned segment with no page in use goes to the cache (or the kernel). */
-void segment_release_empty(struct heap *heap, struct segment *segment) {
+COLD void segment_release_empty(struct heap *heap, struct segment *segment) {
     if (segment->in_full_list)
         list_remove(&heap->segments_full, segment);
     else
@@ -749,7 +749,7 @@ static struct segment *abandoned_pop(void) {
     return segment;
 }
 
-struct segment *segment_try_adopt(struct heap *heap) {
+COLD struct segment *segment_try_adopt(struct heap *heap) {
     struct segment *segment;
     while ((segment = abandoned_pop()) != NULL) {
         segment_take_ownership(heap, segment);
