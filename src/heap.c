@@ -103,6 +103,9 @@ static struct heap *heap_struct_alloc(void) {
     struct heap *heap = heap_free_list;
     if (heap) {
         heap_free_list = heap->next_heap;
+        /* cleared under the lock: a purger reads a recycled heap's slow-path
+         * counts through a segment it owned (purge.c, reclaim_idle_owners) */
+        memset(heap, 0, sizeof *heap);
     } else {
         size_t size = (sizeof(struct heap) + 63) & ~(size_t)63;
         if (heap_pool == NULL || heap_pool + size > heap_pool_end) {
@@ -113,17 +116,12 @@ static struct heap *heap_struct_alloc(void) {
             heap_pool = pool;
             heap_pool_end = pool + SLICE_SIZE;
         }
-        /* fresh from the kernel, so zero already: left untouched, a page
-         * of the pool is resident only where a heap uses it (three heaps
-         * filled three pages; without the memset, two) */
+        /* fresh from the kernel, so zero already: not cleared, a page of the
+         * pool is resident only where a heap uses it (three heaps filled
+         * three pages; without the memset, two) */
         heap = (struct heap *)heap_pool;
         heap_pool += size;
-        spin_unlock(&g_heaps_lock);
-        return heap;
     }
-    /* cleared under the lock: a purger reads a recycled heap's slow-path counts
-     * through a segment it owned (purge.c, reclaim_idle_owners) */
-    memset(heap, 0, sizeof *heap);
     spin_unlock(&g_heaps_lock);
     return heap;
 }
