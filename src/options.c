@@ -153,6 +153,10 @@ API int TM_NAME(mallopt)(int param, int value) {
     spin_unlock(&options_lock);
     return result;
 }
+/* glibc exports it too, for programs that call it directly. */
+#ifndef TIDEMALLOC_PREFIX
+API int __libc_mallopt(int param, int value) __attribute__((alias("mallopt"), copy(mallopt)));
+#endif
 
 /* Decimal, 0x hex or 0 octal, like strtoul, up to 2^64 - 1; false on
  * anything else. */

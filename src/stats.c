@@ -132,6 +132,14 @@ API struct mallinfo TM_NAME(mallinfo)(void) {
     m.keepcost = (int)m2.keepcost;
     return m;
 }
+/* glibc exports it too, for programs that call it directly (naming
+ * mallinfo here is no use of it, whatever glibc's deprecation says). */
+#ifndef TIDEMALLOC_PREFIX
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+API struct mallinfo __libc_mallinfo(void) __attribute__((alias("mallinfo")));
+#pragma GCC diagnostic pop
+#endif
 
 static void out_padded(struct out_buffer *out, const char *label, uint64_t value) {
     out_string(out, label);

@@ -17,10 +17,11 @@ else
 fi
 
 # Only the API is exported (everything else is -fvisibility=hidden).
-expected="__libc_calloc __libc_free __libc_malloc __libc_memalign __libc_pvalloc __libc_realloc
-__libc_valloc aligned_alloc calloc cfree free free_aligned_sized free_sized mallinfo mallinfo2
-malloc malloc_info malloc_stats malloc_trim malloc_usable_size mallopt memalign posix_memalign
-pvalloc realloc reallocarray tidemalloc_release_syscalls tidemalloc_stats valloc"
+expected="__libc_calloc __libc_free __libc_mallinfo __libc_malloc __libc_mallopt __libc_memalign
+__libc_pvalloc __libc_realloc __libc_valloc aligned_alloc calloc cfree free free_aligned_sized
+free_sized mallinfo mallinfo2 malloc malloc_info malloc_stats malloc_trim malloc_usable_size mallopt
+memalign posix_memalign pvalloc realloc reallocarray tidemalloc_release_syscalls tidemalloc_stats
+valloc"
 actual=$(nm -D --defined-only "$so" | awk '$2 ~ /[TWiD]/ {print $3}' | sed 's/@.*//' | sort -u | tr '\n' ' ')
 want=$(echo $expected | tr ' ' '\n' | sort -u | tr '\n' ' ')
 if [ "$actual" = "$want" ]; then
