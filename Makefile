@@ -30,15 +30,18 @@ all: lib
 lib: $(LIB_SO) $(LIB_A)
 
 # Built for size: code that runs at start-up, in reports, at fork, around
-# system calls (release passes) and blocks of 128 KiB and more, or once a
-# page emptied (the page cache), where its own instructions are not what
-# costs; functions run once a thread or a segment are marked COLD
-# (src/internal.h). The library's code is resident whole in every program
-# (the kernel maps a file's pages 64 KiB around each fault): 16 pages with
-# -O2 everywhere, 12 with these and the read-only data moved in
-# (src/rodata.ld); instruction counts of the benchmarks within the runs'
-# spread (docs/benchmark-history.md, thirty-eighth session).
-COLD_SRCS := arena fork format huge init options os page_cache purge segment_release size_class stats
+# system calls (release passes) and blocks of 128 KiB and more, once a page
+# emptied (the page cache) or a class needs a new page (segment), or in
+# secure mode (check), where its own instructions are not what costs;
+# functions run once a thread or a segment are marked COLD (src/internal.h).
+# The library's code is resident whole in every program (the kernel maps a
+# file's pages 64 KiB around each fault): 16 pages with -O2 everywhere, 12
+# with the first eleven of these and the read-only data moved in
+# (src/rodata.ld), 11 with segment and check too; instruction counts of the
+# benchmarks within the runs' spread (docs/benchmark-history.md,
+# thirty-eighth and thirty-ninth sessions).
+COLD_SRCS := arena fork format huge init options os page_cache purge segment_release size_class \
+             stats segment check
 
 # The Makefile too: a change of flags rebuilds (make lib-nochecks kept objects
 # built with the flags before it).
