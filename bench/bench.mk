@@ -1,7 +1,8 @@
 # Benchmarks (bench/). Included by the top Makefile, which defines CC, BUILD,
 # LIB_SO and the `lib` target. The runner is bench/run.py (Python 3 stdlib):
 # harness.py runs and measures, suite.py is `make bench`, fast_path.py the
-# instruction and check-cost figures, release.py ebizzy and ghostscript.
+# instruction and check-cost figures, release.py ebizzy and ghostscript,
+# scaling.py the thread-scaling table (for a machine with many CPUs).
 BENCH_DIR    := $(BUILD)/bench
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -pthread
 BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn threadwave pair ebizzy patterns faultcost hostprobe page_model
@@ -10,7 +11,7 @@ BENCH_PY     ?= /usr/bin/python3
 # Extra arguments for the runner, e.g. BENCH_ARGS="--reps 3 --only larson,churn"
 BENCH_ARGS   ?=
 
-.PHONY: bench bench-quick bench-insns bench-checks bench-ebizzy bench-gs bench-build
+.PHONY: bench bench-quick bench-insns bench-checks bench-ebizzy bench-gs bench-scaling bench-build
 
 bench-build: $(BENCH_BINS) $(BENCH_DIR)/rss_parts.so
 
@@ -37,6 +38,9 @@ bench-ebizzy: lib bench-build
 
 bench-gs: lib bench-build
 	$(BENCH_PY) bench/run.py gs $(BENCH_ARGS)
+
+bench-scaling: lib bench-build
+	$(BENCH_PY) bench/run.py scaling $(BENCH_ARGS)
 
 # rss_parts.so: where resident memory sits, by part (a diagnostic; see its header)
 $(BENCH_DIR)/rss_parts.so: bench/rss_parts.c src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)

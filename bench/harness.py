@@ -22,7 +22,9 @@ BIN = os.path.join(BUILD, "bench")
 LIB = os.path.join(BUILD, "libtidemalloc.so")
 DOC = os.path.join(ROOT, "docs", "benchmarks.md")
 SVG = os.path.join(ROOT, "docs", "benchmarks.svg")
-LIBDIR = "/usr/lib/x86_64-linux-gnu"
+# Where the peers' shared objects are: BENCH_PEER_LIBDIR points elsewhere on a
+# machine that has copies of them rather than the Debian packages.
+LIBDIR = os.environ.get("BENCH_PEER_LIBDIR", "/usr/lib/x86_64-linux-gnu")
 
 # name, preload (None: glibc itself), Debian package, is a peer, chart colour
 ALLOCATORS = [
@@ -276,7 +278,7 @@ one is skipped).
 
 """
 
-SECTIONS = ["bench", "insns", "checks", "ebizzy", "gs"]
+SECTIONS = ["bench", "insns", "checks", "ebizzy", "gs", "scaling"]
 
 
 def write_section(name, text):

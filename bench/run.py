@@ -6,6 +6,8 @@
     run.py insns   callgrind instructions per malloc(32)+free pair
     run.py ebizzy  ebizzy-like records/s and sys time, 1 and 2 threads
     run.py gs      ghostscript average RSS and wall time (seed 001)
+    run.py scaling [--threads 1,2,4,8,16] [--md FILE] [--from-runs FILE,FILE]
+                   the multithreaded benchmarks by thread count (weak scaling)
 
 Every benchmark runs with tidemalloc (LD_PRELOAD=build/libtidemalloc.so), glibc
 and each installed peer, interleaved (A B C D E A B C D E ...). Each command
@@ -19,6 +21,7 @@ import sys
 from harness import BIN, log
 from fast_path import cmd_checks, cmd_insns
 from release import cmd_ebizzy, cmd_gs
+from scaling import cmd_scaling
 from suite import BENCHMARKS, cmd_bench
 
 
@@ -26,11 +29,17 @@ from suite import BENCHMARKS, cmd_bench
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["bench", "quick", "insns", "checks", "ebizzy", "gs", "list"])
+    ap.add_argument("command", choices=["bench", "quick", "insns", "checks", "ebizzy", "gs", "scaling", "list"])
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 7; quick 3)")
     ap.add_argument("--only", type=lambda s: s.split(","), default=None, help="benchmarks, comma-separated")
     ap.add_argument("--allocs", type=lambda s: s.split(","), default=None, help="allocators, comma-separated")
     ap.add_argument("--no-doc", action="store_true", help="do not touch docs/")
+    ap.add_argument("--threads", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                    help="scaling: thread counts, comma-separated (default 1,2,4,8,16)")
+    ap.add_argument("--md", default=None, help="scaling: also write its markdown to this file, "
+                    "and each run's figures to FILE.runs as it ends")
+    ap.add_argument("--from-runs", type=lambda s: s.split(","), default=None,
+                    help="scaling: write the section from earlier .runs files instead of running")
     args = ap.parse_args()
     missing = [p for p in ("launch", "churn", "pair", "ebizzy") if not os.path.exists(os.path.join(BIN, p))]
     if missing and args.command != "list":
@@ -43,7 +52,7 @@ def main():
     if args.command in ("bench", "quick"):
         return cmd_bench(args, args.command == "quick")
     return {"insns": cmd_insns, "checks": cmd_checks, "ebizzy": cmd_ebizzy,
-            "gs": cmd_gs}[args.command](args)
+            "gs": cmd_gs, "scaling": cmd_scaling}[args.command](args)
 
 
 if __name__ == "__main__":
