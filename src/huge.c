@@ -121,33 +121,39 @@ static void note_live(size_t map_size, bool add) {
     }
 }
 
-/* Records a new mapping as a live block; on failure the mapping goes back. */
+/* Records a new mapping of its own as a live block; on failure the mapping
+ * goes back. (The arena's blocks are recorded by arena_block.) */
 static bool huge_register(struct huge_entry entry) {
     spin_lock(&g_huge_lock);
     bool ok = table_insert(entry);
     spin_unlock(&g_huge_lock);
     if (!ok) {
-        if (entry.arena) {
-            spin_lock(&g_huge_lock);
-            arena_give(entry.base, entry.map_size, true);
-            spin_unlock(&g_huge_lock);
-        } else {
-            os_unmap((void *)entry.base, entry.map_size);
-        }
+        os_unmap((void *)entry.base, entry.map_size);
         return false;
     }
-    if (!entry.arena) note_live(entry.map_size, true); /* the arena counts its own */
+    note_live(entry.map_size, true);
     return true;
 }
 
-/* A block's range from the arena, for this thread (0: none); `resident`:
- * only from freed memory that covers it (arena_take_resident). */
-static uintptr_t arena_block(size_t size, size_t alignment, bool resident, uintptr_t *dirty_end) {
+/* A block from the arena for this thread, recorded as live in the same
+ * hold of the lock (0: none, or no room in the table: *table_full);
+ * `resident`: only from freed memory that covers it (arena_take_resident).
+ * One hold instead of two: the lock is the arena's only shared line on a
+ * thread's own chunk. */
+static uintptr_t arena_block(size_t size, size_t alignment, bool resident, bool retain,
+                             uintptr_t *dirty_end, bool *table_full) {
     spin_lock(&g_huge_lock);
-    void *block = resident ? arena_take_resident(size, dirty_end)
-                           : arena_take(size, alignment, dirty_end, t_heap);
+    uintptr_t block = (uintptr_t)(resident ? arena_take_resident(size, dirty_end)
+                                           : arena_take(size, alignment, dirty_end, t_heap));
+    if (block &&
+        !table_insert((struct huge_entry){
+            .user = block, .base = block, .map_size = size, .retain = retain, .arena = true})) {
+        arena_give(block, size, true);
+        block = 0;
+        *table_full = true;
+    }
     spin_unlock(&g_huge_lock);
-    return (uintptr_t)block;
+    return block;
 }
 
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
@@ -171,10 +177,12 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
      * the letter. */
     bool resident_only = !retain_on_free && alignment == OS_PAGE_SIZE &&
                          OPTION(dynamic_threshold) && kept <= DEFAULT_MMAP_THRESHOLD_MAX;
+    bool table_full = false;
     if (base == 0 && (retain_on_free || resident_only)) {
-        base = arena_block(kept, alignment, resident_only, &dirty_end);
+        base = arena_block(kept, alignment, resident_only, retain_on_free, &dirty_end, &table_full);
         in_arena = base != 0;
     }
+    if (table_full) return NULL;
     if (base == 0) {
         base = (uintptr_t)os_map_block(map_size);
         if (base == 0) {
@@ -196,7 +204,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
          * of 3 MiB left no room for a second block of 9 MiB, 2 runs in 300),
          * or a chunk the trims above made room for. The block goes back to
          * the arena when freed, as the arena's own do. */
-        base = arena_block(kept, alignment, false, &dirty_end);
+        base = arena_block(kept, alignment, false, retain_on_free, &dirty_end, &table_full);
         in_arena = base != 0;
     }
     if (base == 0) return NULL;
@@ -211,12 +219,11 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
         mapped = kept;
     }
     uintptr_t user = (base + alignment - 1) & ~(uintptr_t)(alignment - 1);
-    if (!huge_register((struct huge_entry){.user = user,
-                                           .base = base,
-                                           .map_size = mapped,
-                                           .retain = retain_on_free,
-                                           .arena = in_arena,
-                                           .hugetlb = hugetlb}))
+    if (!in_arena && !huge_register((struct huge_entry){.user = user,
+                                                        .base = base,
+                                                        .map_size = mapped,
+                                                        .retain = retain_on_free,
+                                                        .hugetlb = hugetlb}))
         return NULL;
     /* the arena's clean pages read as zeros: only those up to the last dirty one */
     if (zero_needed && dirty_end > user) memset((void *)user, 0, dirty_end - user);
