@@ -139,3 +139,34 @@ PYEOF
 )
 if [ "$out" = ok ]; then pass bench-paired-ratio
 else fail bench-paired-ratio "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+
+# make bench-scaling's arithmetic: the runs file read back (the machine line
+# kept), ebizzy's records/s turned into the time one thread takes for 1000
+# records, and the ratio to the best peer at each thread count.
+out=$(cd "$ROOT/bench" && TMPF="$TMP/s.runs" python3 - <<'PYEOF' 2>&1
+import math, os
+from scaling import cost, read_runs, summarise, SCALING
+path = os.environ["TMPF"]
+with open(path, "w") as f:
+    f.write("# machine: test box, 16 CPUs\n")
+    for rep in range(3):
+        for t, tm, gl, je in ((1, 1.0, 2.0, 0.5), (4, 3.0, 2.0, 4.0)):
+            for name, c in (("tidemalloc", tm), ("glibc", gl), ("jemalloc", je)):
+                f.write("larson %d %s %d wall=%.4f user=0 sys=0 rss=%d faults=0 cost=%.5f\n"
+                        % (t, name, rep, c * (1 + rep), 1024 * (t + rep), c + 0.001 * rep))
+machine, res, counts, names, reps = read_runs([path])
+allocs = [dict(name=n, peer=n != "tidemalloc") for n in names]
+benches = [b for b in SCALING if b[0] == "larson"]
+s = summarise(benches, counts, allocs, res)
+ok = (machine == "test box, 16 CPUs" and counts == [1, 4] and reps == 3
+      and names == ["tidemalloc", "glibc", "jemalloc"]
+      and abs(s[("larson", 1)]["_ratio"] - 1.001 / 0.501) < 1e-9 and s[("larson", 1)]["_best"] == "jemalloc"
+      and abs(s[("larson", 4)]["_ratio"] - 3.001 / 2.001) < 1e-9 and s[("larson", 4)]["_best"] == "glibc"
+      and abs(s[("larson/rss", 4)]["_ratio"] - 1.0) < 1e-9
+      and abs(cost("ebizzy", 4, {"out": "x records_per_s=8000\n"}) - 0.5) < 1e-12
+      and math.isnan(cost("ebizzy", 4, {"out": "no figure"})))
+print("ok" if ok else "wrong: %r %r %r" % (machine, counts, s))
+PYEOF
+)
+if [ "$out" = ok ]; then pass bench-scaling-summary
+else fail bench-scaling-summary "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
