@@ -67,12 +67,14 @@ static unsigned chunk_slots_used;                   /* huge lock; slots below it
 _Atomic uint64_t g_arena_dirty_bytes;               /* bytes of dirty extents */
 _Atomic uint64_t g_arena_used_bytes;                /* bytes in blocks handed out */
 
+/* A load and a store, not a read-modify-write: every writer holds the huge
+ * lock, so no update is lost, and a locked instruction on a line every
+ * thread writes would only lengthen the lock's hold. */
 static void counter_add(_Atomic uint64_t *counter, size_t bytes, bool add) {
-    /* relaxed: statistics and a purge trigger; the huge lock orders the list */
-    if (add)
-        atomic_fetch_add_explicit(counter, bytes, memory_order_relaxed);
-    else
-        atomic_fetch_sub_explicit(counter, bytes, memory_order_relaxed);
+    /* relaxed: statistics and a purge trigger, read without the lock; the
+     * huge lock orders the writes */
+    uint64_t value = atomic_load_explicit(counter, memory_order_relaxed);
+    atomic_store_explicit(counter, add ? value + bytes : value - bytes, memory_order_relaxed);
 }
 #define used_bytes_add(bytes, add)  counter_add(&g_arena_used_bytes, bytes, add)
 #define dirty_bytes_add(bytes, add) counter_add(&g_arena_dirty_bytes, bytes, add)
@@ -214,9 +216,11 @@ static struct arena_chunk *chunk_of(uintptr_t address) {
     fatal_error("free(): arena block outside the arena");
 }
 
-/* A range of chunk c back on its free list (huge lock held). */
-static void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty) {
-    if (!extent_insert(c, start, size, dirty, clock_ms()) && dirty)
+/* A range of chunk c back on its free list (huge lock held); `now`: the
+ * time it was freed. */
+static void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
+                         uint32_t now) {
+    if (!extent_insert(c, start, size, dirty, now) && dirty)
         os_release((void *)start, size); /* the list is full: the range stays out of use */
 }
 
@@ -260,7 +264,8 @@ static uintptr_t run_carve_aligned(struct arena_run run, size_t size, size_t ali
                                    uintptr_t *dirty_end) {
     uintptr_t start = run.chunk->extents[run.index].start, aligned = align_up(start, alignment);
     run_carve(run.chunk, run.index, aligned - start + size, dirty_end);
-    if (aligned > start) range_return(run.chunk, start, aligned - start, *dirty_end > start);
+    if (aligned > start)
+        range_return(run.chunk, start, aligned - start, *dirty_end > start, clock_ms());
     return aligned;
 }
 
@@ -346,9 +351,9 @@ void arena_disown(struct heap *heap) {
     heap->arena_home = 0;
 }
 
-void arena_give(uintptr_t start, size_t size, bool dirty) {
+void arena_give(uintptr_t start, size_t size, bool dirty, uint32_t now) {
     used_bytes_add(size, false);
-    range_return(chunk_of(start), start, size, dirty);
+    range_return(chunk_of(start), start, size, dirty, now);
 }
 
 /* Address space is short and a segment cannot be mapped: the chunks' free
@@ -371,7 +376,7 @@ void *arena_lend(size_t size, size_t alignment) {
 
 void arena_lent_back(uintptr_t start, size_t size) {
     spin_lock(&g_huge_lock);
-    range_return(chunk_of(start), start, size, true);
+    range_return(chunk_of(start), start, size, true, clock_ms());
     spin_unlock(&g_huge_lock);
 }
 

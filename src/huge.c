@@ -148,7 +148,7 @@ static uintptr_t arena_block(size_t size, size_t alignment, bool resident, bool 
     if (block &&
         !table_insert((struct huge_entry){
             .user = block, .base = block, .map_size = size, .retain = retain, .arena = true})) {
-        arena_give(block, size, true);
+        arena_give(block, size, true, clock_ms());
         block = 0;
         *table_full = true;
     }
@@ -241,6 +241,7 @@ static bool guarded_canary_intact(const struct huge_entry *entry) {
 }
 
 bool huge_free(void *p) {
+    uint32_t now = clock_ms(); /* an arena block's free time, read outside the lock */
     spin_lock(&g_huge_lock);
     struct huge_entry *found = table_find((uintptr_t)p);
     if (found == NULL) {
@@ -256,12 +257,12 @@ bool huge_free(void *p) {
     found->user = 1; /* deleted */
     /* aggressive mode: released at once, as a mapping of its own would be */
     bool release = entry.arena && OPTION(aggressive_madvise);
-    if (entry.arena && !release) arena_give(entry.base, entry.map_size, true);
+    if (entry.arena && !release) arena_give(entry.base, entry.map_size, true, now);
     spin_unlock(&g_huge_lock);
     if (release) {
         bool clean = os_release((void *)entry.base, entry.map_size);
         spin_lock(&g_huge_lock);
-        arena_give(entry.base, entry.map_size, !clean);
+        arena_give(entry.base, entry.map_size, !clean, clock_ms());
         spin_unlock(&g_huge_lock);
         return true;
     }
@@ -324,7 +325,7 @@ void *huge_realloc(void *p, size_t size) {
             found = table_find((uintptr_t)p);
         }
         if (done && map_size < entry.map_size)
-            arena_give(entry.base + map_size, entry.map_size - map_size, dirty);
+            arena_give(entry.base + map_size, entry.map_size - map_size, dirty, clock_ms());
         if (done) found->map_size = map_size;
         spin_unlock(&g_huge_lock);
         return done ? p : NULL;

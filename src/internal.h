@@ -576,7 +576,9 @@ void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct hea
  * *dirty_end as above. */
 void *arena_take_resident(size_t size, uintptr_t *dirty_end) INTERNAL;
 void arena_disown(struct heap *heap) INTERNAL; /* its thread exits (huge lock, or a fork child) */
-void arena_give(uintptr_t start, size_t size, bool dirty) INTERNAL;          /* clean: released */
+/* arena_give: a block's range back; clean: released; now: clock_ms() (read
+ * before the lock is taken, to keep the hold short) */
+void arena_give(uintptr_t start, size_t size, bool dirty, uint32_t now) INTERNAL;
 bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) INTERNAL; /* in place */
 /* Releases free extents idle for the purge delay (all: everything) and
  * unmaps wholly free chunks; takes the huge lock. True if anything went. */
