@@ -34,8 +34,6 @@ SCALING = [
      ["threadchurn", "{t}", "500"]),
     ("ebizzy", "192 KiB-1 MiB buffers: allocate, fill, search, free, for 1 s (records/s)",
      ["ebizzy", "{t}", "1", "0"]),
-    ("arena-pairs", "malloc, one byte written, free of 512-524 KiB blocks: the arena's lock",
-     ["arena_pairs", "{t}", "512", "1000000"]),
 ]
 
 
