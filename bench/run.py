@@ -6,7 +6,7 @@
     run.py insns   callgrind instructions per malloc(32)+free pair
     run.py ebizzy  ebizzy-like records/s and sys time, 1 and 2 threads
     run.py gs      ghostscript average RSS and wall time (seed 001)
-    run.py scaling [--threads 1,2,4,8,16] [--md FILE] [--from-runs FILE,FILE]
+    run.py scaling [--threads 1,2,4] [--md FILE] [--from-runs FILE,FILE]
                    the multithreaded benchmarks by thread count (weak scaling)
 
 Every benchmark runs with tidemalloc (LD_PRELOAD=build/libtidemalloc.so), glibc
@@ -35,7 +35,8 @@ def main():
     ap.add_argument("--allocs", type=lambda s: s.split(","), default=None, help="allocators, comma-separated")
     ap.add_argument("--no-doc", action="store_true", help="do not touch docs/")
     ap.add_argument("--threads", type=lambda s: [int(x) for x in s.split(",")], default=None,
-                    help="scaling: thread counts, comma-separated (default 1,2,4,8,16)")
+                    help="scaling: thread counts, comma-separated (default 1, 2, 4... up to "
+                    "the CPUs, 16 at most)")
     ap.add_argument("--md", default=None, help="scaling: also write its markdown to this file, "
                     "and each run's figures to FILE.runs as it ends")
     ap.add_argument("--from-runs", type=lambda s: s.split(","), default=None,

@@ -1,8 +1,8 @@
 """`make bench-scaling`: the multithreaded benchmarks at 1, 2, 4, ... threads,
 each thread doing the same work at every count (weak scaling), so a perfect
-allocator keeps the wall time flat as threads are added. Meant for a machine
-with more CPUs than threads asked for; on the project's 2-core machine the
-counts above 2 only measure time-sharing.
+allocator keeps the wall time flat as threads are added. By default the
+counts go up to the machine's CPUs (16 at most): on the project's 2-core
+machine, 1 and 2.
 
 Peers are found in BENCH_PEER_LIBDIR when it is set (a machine without the
 Debian packages can be handed copies of their shared objects)."""
@@ -70,9 +70,21 @@ def read_runs(paths):
     return machine, res, sorted(counts), names, reps
 
 
+def default_counts(cpus):
+    """1, 2, 4, ... up to the CPUs (and the CPUs themselves), at most 16:
+    more threads than CPUs would measure time-sharing, not the allocator."""
+    counts, t = [], 1
+    while t <= min(cpus, 16):
+        counts.append(t)
+        t *= 2
+    if cpus <= 16 and counts[-1] != cpus:
+        counts.append(cpus)
+    return counts
+
+
 def cmd_scaling(args):
     allocs = available_allocators(args.allocs)
-    counts = args.threads or [1, 2, 4, 8, 16]
+    counts = args.threads or default_counts(os.cpu_count() or 1)
     reps = args.reps or 3
     benches = [b for b in SCALING if not args.only or b[0] in args.only]
     if args.from_runs:

@@ -142,10 +142,11 @@ else fail bench-paired-ratio "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
 
 # make bench-scaling's arithmetic: the runs file read back (the machine line
 # kept), ebizzy's records/s turned into the time one thread takes for 1000
-# records, and the ratio to the best peer at each thread count.
+# records, the ratio to the best peer at each thread count, and the default
+# thread counts (up to the CPUs, 16 at most).
 out=$(cd "$ROOT/bench" && TMPF="$TMP/s.runs" python3 - <<'PYEOF' 2>&1
 import math, os
-from scaling import cost, read_runs, summarise, SCALING
+from scaling import cost, default_counts, read_runs, summarise, SCALING
 path = os.environ["TMPF"]
 with open(path, "w") as f:
     f.write("# machine: test box, 16 CPUs\n")
@@ -164,7 +165,9 @@ ok = (machine == "test box, 16 CPUs" and counts == [1, 4] and reps == 3
       and abs(s[("larson", 4)]["_ratio"] - 3.001 / 2.001) < 1e-9 and s[("larson", 4)]["_best"] == "glibc"
       and abs(s[("larson/rss", 4)]["_ratio"] - 1.0) < 1e-9
       and abs(cost("ebizzy", 4, {"out": "x records_per_s=8000\n"}) - 0.5) < 1e-12
-      and math.isnan(cost("ebizzy", 4, {"out": "no figure"})))
+      and math.isnan(cost("ebizzy", 4, {"out": "no figure"}))
+      and default_counts(2) == [1, 2] and default_counts(6) == [1, 2, 4, 6]
+      and default_counts(64) == [1, 2, 4, 8, 16] and default_counts(1) == [1])
 print("ok" if ok else "wrong: %r %r %r" % (machine, counts, s))
 PYEOF
 )
