@@ -14,8 +14,12 @@
  * costs microseconds at its next write. `large`: 1.26 -> 0.78 s, peak RSS
  * 104.4 -> 89.7 MiB, faults 60k -> 45k (docs/benchmark-history.md, 24th session).
  *
- * Everything here runs under g_huge_lock, which fork takes, except the
- * system calls of a release, made on extents taken off the list first. */
+ * Locks: each chunk has its own, over its lists and its home; a block is
+ * found from its address by the chunks' ranges, read without a lock. The
+ * huge lock, taken before any chunk's, is held to add or remove a chunk and
+ * to search several: a thread that carves and frees blocks in its home chunk
+ * takes no lock another thread takes, as glibc's per-thread heaps. System
+ * calls of a release are made on extents taken off the lists first. */
 #define _GNU_SOURCE
 #include <string.h>
 #include <sys/uio.h>
@@ -32,59 +36,96 @@ struct arena_extent {
     bool dirty;        /* may hold resident pages: counted in g_arena_dirty_bytes */
 };
 
-/* A chunk: address space the arena carves. Blocks never span two chunks
- * (two may lie side by side), so a chunk that is wholly free can go back.
- * Each keeps its own list of free extents in its first pages (its header):
- * a thread that carves its home chunk reads and shifts that list alone. One
- * list for every chunk had a thread scan and shift the extents of all of
- * them under the huge lock, lines the other threads had just written:
- * ebizzy, 16 threads of 192 KiB-1 MiB buffers on 16 CPUs, ran 1.21 times
- * glibc's time a record (docs/benchmark-history.md, fortieth session). */
-struct arena_chunk {
-    uintptr_t base;               /* 0: empty slot; the header starts here */
-    size_t size;                  /* bytes mapped, the header's included */
-    struct heap *home_of;         /* the thread heap that carves here first, or NULL
-                                     (invariant: home_of->arena_home is this slot + 1) */
-    struct arena_extent *extents; /* the header: the free extents, sorted by start */
-    unsigned extent_count;        /* extents in use */
+/* A block handed out. Invariant: a chunk's blocks are sorted by start and
+ * overlap neither one another nor a free extent. */
+struct arena_block {
+    uintptr_t start; /* the address handed out, page aligned */
+    size_t size;     /* bytes, a page multiple */
+    bool retain;     /* taken under the mmap threshold: its free moves no threshold */
 };
+
+#define CHUNK_EXTENTS_MAX 1024
+#define CHUNK_BLOCKS_MAX  1024
+#define FREED_RECENT      64
+
+/* A chunk's first pages: its lists. Their pages are touched only as the
+ * lists grow: one for the ring and the first 149 extents, one for the first
+ * 170 blocks. */
+struct chunk_header {
+    /* the last blocks freed: a second free is a double free, not an invalid pointer */
+    uintptr_t freed_recent[FREED_RECENT];
+    struct arena_extent extents[CHUNK_EXTENTS_MAX]; /* free, sorted by start */
+    struct arena_block blocks[CHUNK_BLOCKS_MAX];    /* handed out, sorted by start */
+};
+#define CHUNK_HEADER_SIZE                                                                          \
+    ((sizeof(struct chunk_header) + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1))
+
+/* Where a chunk lies: read without a lock by every free of a big block, so
+ * apart from the chunks' state, which their owners write all the time. */
+struct chunk_range {
+    _Atomic uintptr_t base; /* 0: empty slot; stored last (release) */
+    _Atomic size_t size;    /* bytes mapped, the header's included */
+};
+
+/* A chunk's state, under its lock, one per cache line. */
+struct arena_chunk {
+    struct spin_lock lock;
+    struct heap *home_of;        /* the thread heap that carves here first, or NULL; the
+                                    heap's arena_home may still name this slot after the
+                                    chunk went: its owner checks home_of under the lock */
+    struct chunk_header *header; /* the chunk's base while it is mapped */
+    unsigned extent_count;       /* extents in use */
+    unsigned block_count;        /* blocks in use */
+    unsigned freed_recent_next;  /* next slot of header->freed_recent */
+} __attribute__((aligned(64)));
 
 /* Address space, not memory (NORESERVE). 64 MiB chunks left `large` (blocks
  * up to 8 MiB, grown by realloc) at 131 MiB of peak RSS against 89.8 with
  * 256 MiB: blocks cannot span chunks, so smaller ones fragment. */
-#define ARENA_CHUNK_SIZE  ((size_t)256 << 20)
-#define ARENA_CHUNK_MIN   ((size_t)16 << 20) /* smallest tried when address space is short */
-#define ARENA_CHUNKS_MAX  256
-#define CHUNK_EXTENTS_MAX 1024
-/* The header's pages are touched only as its list grows: one for the first 170 extents. */
-#define CHUNK_HEADER_SIZE                                                                          \
-    ((CHUNK_EXTENTS_MAX * sizeof(struct arena_extent) + OS_PAGE_SIZE - 1) &                        \
-     ~(size_t)(OS_PAGE_SIZE - 1))
-#define RELEASE_BATCH 32 /* extents released per round of system calls */
+#define ARENA_CHUNK_SIZE ((size_t)256 << 20)
+#define ARENA_CHUNK_MIN  ((size_t)16 << 20) /* smallest tried when address space is short */
+#define ARENA_CHUNKS_MAX 256
+#define RELEASE_BATCH    32 /* extents released per round of system calls */
 
-static struct arena_chunk chunks[ARENA_CHUNKS_MAX]; /* huge lock */
-static unsigned chunk_slots_used;                   /* huge lock; slots below it may be in use */
-_Atomic uint64_t g_arena_dirty_bytes;               /* bytes of dirty extents */
-_Atomic uint64_t g_arena_used_bytes;                /* bytes in blocks handed out */
+static struct chunk_range ranges_of[ARENA_CHUNKS_MAX]; /* written under the huge lock */
+static struct arena_chunk chunks[ARENA_CHUNKS_MAX];
+static _Atomic unsigned chunk_slots_used; /* slots below it may be in use; huge lock */
+_Atomic uint64_t g_arena_dirty_bytes;     /* bytes of dirty extents */
+_Atomic uint64_t g_arena_used_bytes;      /* bytes in blocks handed out */
 
-/* A load and a store, not a read-modify-write: every writer holds the huge
- * lock, so no update is lost, and a locked instruction on a line every
- * thread writes would only lengthen the lock's hold. */
 static void counter_add(_Atomic uint64_t *counter, size_t bytes, bool add) {
-    /* relaxed: statistics and a purge trigger, read without the lock; the
-     * huge lock orders the writes */
-    uint64_t value = atomic_load_explicit(counter, memory_order_relaxed);
-    atomic_store_explicit(counter, add ? value + bytes : value - bytes, memory_order_relaxed);
+    /* relaxed: statistics and a purge trigger; each chunk's lock orders its lists */
+    if (add)
+        atomic_fetch_add_explicit(counter, bytes, memory_order_relaxed);
+    else
+        atomic_fetch_sub_explicit(counter, bytes, memory_order_relaxed);
 }
 #define used_bytes_add(bytes, add)  counter_add(&g_arena_used_bytes, bytes, add)
 #define dirty_bytes_add(bytes, add) counter_add(&g_arena_dirty_bytes, bytes, add)
+
+static unsigned slots_used(void) {
+    /* acquire: a slot counted here was written before the count */
+    return atomic_load_explicit(&chunk_slots_used, memory_order_acquire);
+}
+
+static uintptr_t chunk_base(const struct arena_chunk *c) {
+    /* acquire: the chunk's header and size were written before its base */
+    return atomic_load_explicit(&ranges_of[c - chunks].base, memory_order_acquire);
+}
+
+static size_t chunk_size(const struct arena_chunk *c) {
+    /* relaxed: written before the base, which the caller read (acquire) */
+    return atomic_load_explicit(&ranges_of[c - chunks].size, memory_order_relaxed);
+}
+
+/* ---- a chunk's free extents (its lock held) ---- */
 
 /* The first extent of chunk c that starts at or after `address`. */
 static unsigned extent_index_from(const struct arena_chunk *c, uintptr_t address) {
     unsigned low = 0, high = c->extent_count;
     while (low < high) {
         unsigned mid = (low + high) / 2;
-        if (c->extents[mid].start < address)
+        if (c->header->extents[mid].start < address)
             low = mid + 1;
         else
             high = mid;
@@ -95,14 +136,14 @@ static unsigned extent_index_from(const struct arena_chunk *c, uintptr_t address
 /* Shifts by hand: libc's memmove would be one more import to map (tests/suite-static.sh). */
 static void extent_remove(struct arena_chunk *c, unsigned i) {
     for (; i + 1 < c->extent_count; i++)
-        c->extents[i] = c->extents[i + 1];
+        c->header->extents[i] = c->header->extents[i + 1];
     c->extent_count--;
 }
 
 /* Whether extent i is followed, without a gap, by extent i + 1. */
 static bool extent_joins_next(const struct arena_chunk *c, unsigned i) {
-    return i + 1 < c->extent_count &&
-           c->extents[i].start + c->extents[i].size == c->extents[i + 1].start;
+    const struct arena_extent *extents = c->header->extents;
+    return i + 1 < c->extent_count && extents[i].start + extents[i].size == extents[i + 1].start;
 }
 
 /* Adds a free range (not on the list) of chunk c, merging it with
@@ -110,7 +151,7 @@ static bool extent_joins_next(const struct arena_chunk *c, unsigned i) {
  * the range). */
 static bool extent_insert(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
                           uint32_t now) {
-    struct arena_extent *extents = c->extents;
+    struct arena_extent *extents = c->header->extents;
     unsigned i = extent_index_from(c, start);
     bool joins_previous = i > 0 && extents[i - 1].dirty == dirty &&
                           extents[i - 1].start + extents[i - 1].size == start;
@@ -144,7 +185,7 @@ static bool extent_insert(struct arena_chunk *c, uintptr_t start, size_t size, b
 static void run_carve(struct arena_chunk *c, unsigned i, size_t size, uintptr_t *dirty_end) {
     *dirty_end = 0;
     while (size) {
-        struct arena_extent *e = &c->extents[i];
+        struct arena_extent *e = &c->header->extents[i];
         size_t take = e->size < size ? e->size : size;
         if (e->dirty) {
             dirty_bytes_add(take, false);
@@ -159,25 +200,73 @@ static void run_carve(struct arena_chunk *c, unsigned i, size_t size, uintptr_t 
 
 /* Bytes of the run of adjacent extents that starts at extent i. */
 static size_t run_bytes(const struct arena_chunk *c, unsigned i, unsigned *after) {
-    size_t bytes = c->extents[i].size;
+    size_t bytes = c->header->extents[i].size;
     while (extent_joins_next(c, i)) {
         i++;
-        bytes += c->extents[i].size;
+        bytes += c->header->extents[i].size;
     }
     *after = i + 1;
     return bytes;
 }
 
+/* A range of chunk c back on its free list; `now`: the time it was freed. */
+static void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
+                         uint32_t now) {
+    if (!extent_insert(c, start, size, dirty, now) && dirty)
+        os_release((void *)start, size); /* the list is full: the range stays out of use */
+}
+
+/* ---- a chunk's blocks (its lock held) ---- */
+
+/* The first block of chunk c that starts at or after `address`. */
+static unsigned block_index_from(const struct arena_chunk *c, uintptr_t address) {
+    unsigned low = 0, high = c->block_count;
+    while (low < high) {
+        unsigned mid = (low + high) / 2;
+        if (c->header->blocks[mid].start < address)
+            low = mid + 1;
+        else
+            high = mid;
+    }
+    return low;
+}
+
+/* The block handed out at `address`, or NULL. */
+static struct arena_block *block_find(const struct arena_chunk *c, uintptr_t address) {
+    unsigned i = block_index_from(c, address);
+    return i < c->block_count && c->header->blocks[i].start == address ? &c->header->blocks[i]
+                                                                       : NULL;
+}
+
+static void block_record(struct arena_chunk *c, uintptr_t start, size_t size, bool retain) {
+    struct arena_block *blocks = c->header->blocks;
+    unsigned i = block_index_from(c, start);
+    for (unsigned j = c->block_count; j > i; j--)
+        blocks[j] = blocks[j - 1];
+    c->block_count++;
+    blocks[i] = (struct arena_block){start, size, retain};
+}
+
+static void block_forget(struct arena_chunk *c, struct arena_block *block) {
+    unsigned i = (unsigned)(block - c->header->blocks);
+    for (; i + 1 < c->block_count; i++)
+        c->header->blocks[i] = c->header->blocks[i + 1];
+    c->block_count--;
+}
+
+/* ---- chunks ---- */
+
 /* Maps a chunk for a request of `size` bytes: a standard one, or one of the
  * request's size (and a header) for a request over half of that. Only that
  * one is charged to the commit, as a mapping of glibc's is, so an impossible
- * request still fails under the kernel's overcommit heuristic. Returns its
- * slot, -1: no address space. */
-static int chunk_add(size_t size) {
+ * request still fails under the kernel's overcommit heuristic. Returns it,
+ * locked, or NULL: no address space, or no slot (huge lock held). */
+static struct arena_chunk *chunk_add(size_t size) {
     int slot = -1;
     for (int i = 0; i < ARENA_CHUNKS_MAX && slot < 0; i++)
-        if (chunks[i].base == 0) slot = i;
-    if (slot < 0 || size > SIZE_MAX - CHUNK_HEADER_SIZE) return -1;
+        /* relaxed: the huge lock orders the slots' writers */
+        if (atomic_load_explicit(&ranges_of[i].base, memory_order_relaxed) == 0) slot = i;
+    if (slot < 0 || size > SIZE_MAX - CHUNK_HEADER_SIZE) return NULL;
     size += CHUNK_HEADER_SIZE;
     /* Address space short (RLIMIT_AS): halve the chunk down to 16 MiB, then
      * one of the request's size. Under such a limit (ulimit -v or -d, a
@@ -185,101 +274,222 @@ static int chunk_add(size_t size) {
      * chunk's address space counts in full, and one of 256 MiB for a 300 KB
      * block would leave the program's own mappings (thread stacks, files)
      * without room. */
-    size_t chunk_size = ARENA_CHUNK_SIZE;
-    for (uint64_t limit = os_mapping_limit();
-         chunk_size > ARENA_CHUNK_MIN && chunk_size > limit / 16;)
-        chunk_size /= 2;
+    size_t mapped = ARENA_CHUNK_SIZE;
+    for (uint64_t limit = os_mapping_limit(); mapped > ARENA_CHUNK_MIN && mapped > limit / 16;)
+        mapped /= 2;
     void *base = NULL;
-    for (; base == NULL && chunk_size >= ARENA_CHUNK_MIN && chunk_size / 2 >= size; chunk_size /= 2)
-        base = os_map(chunk_size);
+    for (; base == NULL && mapped >= ARENA_CHUNK_MIN && mapped / 2 >= size; mapped /= 2)
+        base = os_map(mapped);
     if (base) {
-        chunk_size *= 2; /* the loop halved it once more */
+        mapped *= 2; /* the loop halved it once more */
     } else {
-        chunk_size = size;
+        mapped = size;
         base = os_map_block(size);
     }
-    if (base == NULL) return -1;
-    os_advise_arena_chunk(base, chunk_size);
+    if (base == NULL) return NULL;
+    os_advise_arena_chunk(base, mapped);
     struct arena_chunk *c = &chunks[slot];
-    *c = (struct arena_chunk){(uintptr_t)base, chunk_size, NULL, base, 0};
-    if ((unsigned)slot >= chunk_slots_used) chunk_slots_used = (unsigned)slot + 1;
-    extent_insert(c, (uintptr_t)base + CHUNK_HEADER_SIZE, chunk_size - CHUNK_HEADER_SIZE, false, 0);
-    return slot;
+    spin_lock(&c->lock);
+    c->home_of = NULL;
+    c->header = base;
+    c->extent_count = c->block_count = c->freed_recent_next = 0;
+    extent_insert(c, (uintptr_t)base + CHUNK_HEADER_SIZE, mapped - CHUNK_HEADER_SIZE, false, 0);
+    /* relaxed: published by the release store of the base after it */
+    atomic_store_explicit(&ranges_of[slot].size, mapped, memory_order_relaxed);
+    atomic_store_explicit(&ranges_of[slot].base, (uintptr_t)base, memory_order_release);
+    if ((unsigned)slot >= slots_used())
+        atomic_store_explicit(&chunk_slots_used, (unsigned)slot + 1, memory_order_release);
+    return c;
 }
 
-#define CHUNK_UNOWNED (-1) /* run_best: chunks that are no thread's home */
-#define CHUNK_ANY     (-2)
-
-static struct arena_chunk *chunk_of(uintptr_t address) {
-    for (unsigned i = 0; i < chunk_slots_used; i++)
-        if (address - chunks[i].base < chunks[i].size) return &chunks[i];
-    fatal_error("free(): arena block outside the arena");
-}
-
-/* A range of chunk c back on its free list (huge lock held); `now`: the
- * time it was freed. */
-static void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
-                         uint32_t now) {
-    if (!extent_insert(c, start, size, dirty, now) && dirty)
-        os_release((void *)start, size); /* the list is full: the range stays out of use */
+/* The chunk whose range holds `address`, locked, or NULL. */
+static struct arena_chunk *chunk_lock_holding(uintptr_t address) {
+    for (unsigned i = 0, used = slots_used(); i < used; i++) {
+        struct arena_chunk *c = &chunks[i];
+        uintptr_t base = chunk_base(c);
+        if (base == 0 || address - base >= chunk_size(c)) continue;
+        spin_lock(&c->lock);
+        /* the chunk may have gone, and another come, before the lock */
+        base = chunk_base(c);
+        if (base != 0 && address - base < chunk_size(c)) return c;
+        spin_unlock(&c->lock);
+        return NULL;
+    }
+    return NULL;
 }
 
 static uintptr_t align_up(uintptr_t address, size_t alignment) {
     return (address + alignment - 1) & ~(uintptr_t)(alignment - 1);
 }
 
-/* A run found by run_best: its chunk and its first extent there. */
-struct arena_run {
-    struct arena_chunk *chunk;
-    unsigned index;
-};
-
-/* The smallest run in chunk `want` (a slot, or one of the kinds above)
- * that holds `size` bytes from its first `alignment`-aligned address; true
- * and the run in *best if there is one. The room before that address goes
- * back on the list, so it needs a slot there when the list is full. */
-static bool run_best(size_t size, size_t alignment, int want, struct arena_run *best) {
+/* The smallest run of chunk c (locked) that holds `size` bytes from its
+ * first `alignment`-aligned address: true, its first extent in *index and
+ * its bytes in *bytes. The room before that address goes back on the list,
+ * so it needs a slot there when the list is full; the block, one in the
+ * list of blocks. */
+static bool run_best(const struct arena_chunk *c, size_t size, size_t alignment, unsigned *index,
+                     size_t *bytes) {
     size_t best_bytes = 0;
-    unsigned from = want >= 0 ? (unsigned)want : 0;
-    unsigned to = want >= 0 ? (unsigned)want + 1 : chunk_slots_used;
-    for (unsigned slot = from; slot < to; slot++) {
-        struct arena_chunk *c = &chunks[slot];
-        if (c->base == 0 || (want == CHUNK_UNOWNED && c->home_of != NULL)) continue;
-        for (unsigned i = 0, next; i < c->extent_count; i = next) {
-            size_t bytes = run_bytes(c, i, &next);
-            size_t head = align_up(c->extents[i].start, alignment) - c->extents[i].start;
-            if (head && c->extent_count == CHUNK_EXTENTS_MAX) continue;
-            if (bytes >= head + size && (best_bytes == 0 || bytes < best_bytes)) {
-                *best = (struct arena_run){c, i};
-                best_bytes = bytes;
-            }
+    if (c->block_count == CHUNK_BLOCKS_MAX) return false;
+    for (unsigned i = 0, next; i < c->extent_count; i = next) {
+        size_t run = run_bytes(c, i, &next);
+        uintptr_t start = c->header->extents[i].start;
+        size_t head = align_up(start, alignment) - start;
+        if (head && c->extent_count == CHUNK_EXTENTS_MAX) continue;
+        if (run >= head + size && (best_bytes == 0 || run < best_bytes)) {
+            *index = i;
+            best_bytes = run;
         }
     }
+    *bytes = best_bytes;
     return best_bytes != 0;
 }
 
 /* Takes `size` bytes at the first `alignment`-aligned address of the run
- * (run_best found it long enough); the room before it goes back on the list. */
-static uintptr_t run_carve_aligned(struct arena_run run, size_t size, size_t alignment,
+ * that starts at extent i (run_best found it long enough); the room before
+ * it goes back on the list. */
+static uintptr_t run_carve_aligned(struct arena_chunk *c, unsigned i, size_t size, size_t alignment,
                                    uintptr_t *dirty_end) {
-    uintptr_t start = run.chunk->extents[run.index].start, aligned = align_up(start, alignment);
-    run_carve(run.chunk, run.index, aligned - start + size, dirty_end);
-    if (aligned > start)
-        range_return(run.chunk, start, aligned - start, *dirty_end > start, clock_ms());
+    uintptr_t start = c->header->extents[i].start, aligned = align_up(start, alignment);
+    run_carve(c, i, aligned - start + size, dirty_end);
+    if (aligned > start) range_return(c, start, aligned - start, *dirty_end > start, clock_ms());
     return aligned;
 }
 
-/* The block of run_carve_aligned, counted as handed out. */
-static void *run_take(struct arena_run run, size_t size, size_t alignment, uintptr_t *dirty_end) {
-    uintptr_t start = run_carve_aligned(run, size, alignment, dirty_end);
+/* The block of run_carve_aligned, recorded and counted as handed out. */
+static uintptr_t run_take(struct arena_chunk *c, unsigned i, size_t size, size_t alignment,
+                          bool retain, uintptr_t *dirty_end) {
+    uintptr_t start = run_carve_aligned(c, i, size, alignment, dirty_end);
+    block_record(c, start, size, retain);
     used_bytes_add(size, true);
-    return (void *)start;
+    return start;
 }
 
+/* Chunk c (locked) becomes the home of `heap`, this thread's; the one it had
+ * is no thread's now (huge lock held: no other thread holds two chunk locks). */
 static void chunk_make_home(struct arena_chunk *c, struct heap *heap) {
-    if (heap->arena_home) chunks[heap->arena_home - 1].home_of = NULL;
+    if (heap->arena_home && &chunks[heap->arena_home - 1] != c) {
+        struct arena_chunk *old = &chunks[heap->arena_home - 1];
+        spin_lock(&old->lock);
+        if (old->home_of == heap) old->home_of = NULL;
+        spin_unlock(&old->lock);
+    }
     c->home_of = heap;
     heap->arena_home = (uint16_t)(c - chunks + 1);
+}
+
+/* Under the huge lock: the chunk, locked, whose run fits best among those
+ * that are no thread's home (unowned) or all, and the run in *index; NULL if
+ * none (or the best one changed before it could be taken: the caller goes on
+ * to its next choice). */
+static struct arena_chunk *chunk_best(size_t size, size_t alignment, bool unowned,
+                                      unsigned *index) {
+    struct arena_chunk *best = NULL;
+    size_t best_bytes = 0, bytes;
+    for (unsigned slot = 0, used = slots_used(); slot < used; slot++) {
+        struct arena_chunk *c = &chunks[slot];
+        if (chunk_base(c) == 0) continue;
+        spin_lock(&c->lock);
+        if ((!unowned || c->home_of == NULL) && run_best(c, size, alignment, index, &bytes) &&
+            (best == NULL || bytes < best_bytes)) {
+            best = c;
+            best_bytes = bytes;
+        }
+        spin_unlock(&c->lock);
+    }
+    if (best == NULL) return NULL;
+    spin_lock(&best->lock);
+    if ((unowned && best->home_of != NULL) || !run_best(best, size, alignment, index, &bytes)) {
+        spin_unlock(&best->lock);
+        return NULL;
+    }
+    return best;
+}
+
+/* The most dirty place of chunk c (locked) where `size` bytes from the start
+ * of a dirty extent on are at most an eighth clean (the smallest extent
+ * among equals): true, the extent in *index and the dirty bytes in *dirty. */
+static bool resident_best(const struct arena_chunk *c, size_t size, unsigned *index,
+                          size_t *dirty_best) {
+    const struct arena_extent *extents = c->header->extents;
+    size_t best_dirty = 0, best_size = 0;
+    if (c->block_count == CHUNK_BLOCKS_MAX) return false;
+    for (unsigned i = 0; i < c->extent_count; i++) {
+        if (!extents[i].dirty) continue;
+        size_t covered = 0, dirty = 0;
+        /* stops once too much of it is clean: the walk stays short */
+        for (unsigned j = i;; j++) {
+            size_t take = extents[j].size < size - covered ? extents[j].size : size - covered;
+            if (extents[j].dirty) dirty += take;
+            covered += take;
+            if (covered == size || covered - dirty > size / 8 || !extent_joins_next(c, j)) break;
+        }
+        if (covered < size || dirty < size - size / 8) continue;
+        if (dirty > best_dirty || (dirty == best_dirty && extents[i].size < best_size)) {
+            *index = i;
+            best_dirty = dirty;
+            best_size = extents[i].size;
+        }
+    }
+    *dirty_best = best_dirty;
+    return best_dirty != 0;
+}
+
+/* A block the mmap threshold would map on its own, from memory the arena
+ * holds resident: `size` bytes from the start of a dirty extent on, at most
+ * an eighth of them clean, or 0. Mapping such a block while that much freed
+ * memory idles here faults in new pages for nothing: `large`, whose biggest
+ * blocks keep passing a threshold that only their own frees raise, mapped
+ * and unmapped a dozen 8 MB blocks, half its page faults. A block that would
+ * be more than an eighth fresh pages still gets a mapping of its own, which
+ * its free unmaps at once (with half, `large` faulted 16% less again, but
+ * held 3% more at its peak: the fresh pages stay with the arena after the
+ * free). Huge lock held. */
+static uintptr_t take_resident(size_t size, uintptr_t *dirty_end) {
+    struct arena_chunk *best = NULL;
+    size_t best_dirty = 0, dirty;
+    unsigned index;
+    for (unsigned slot = 0, used = slots_used(); slot < used; slot++) {
+        struct arena_chunk *c = &chunks[slot];
+        if (chunk_base(c) == 0) continue;
+        spin_lock(&c->lock);
+        if (resident_best(c, size, &index, &dirty) && dirty > best_dirty) {
+            best = c;
+            best_dirty = dirty;
+        }
+        spin_unlock(&c->lock);
+    }
+    if (best == NULL) return 0;
+    spin_lock(&best->lock);
+    uintptr_t block = resident_best(best, size, &index, &dirty)
+                          ? run_take(best, index, size, OS_PAGE_SIZE, false, dirty_end)
+                          : 0;
+    spin_unlock(&best->lock);
+    return block;
+}
+
+/* arena_alloc past the home chunk: chunks that are no thread's home, then a
+ * new chunk, then any (huge lock held). */
+static uintptr_t alloc_elsewhere(size_t size, size_t alignment, bool retain, uintptr_t *dirty_end,
+                                 struct heap *heap, bool can_own) {
+    unsigned index;
+    struct arena_chunk *c = chunk_best(size, alignment, true, &index);
+    if (c && can_own && heap->arena_home == 0) chunk_make_home(c, heap);
+    if (c == NULL) {
+        /* a new chunk's first extent is only page aligned */
+        c = chunk_add(size + alignment - OS_PAGE_SIZE);
+        size_t bytes;
+        if (c && can_own) chunk_make_home(c, heap);
+        if (c && !run_best(c, size, alignment, &index, &bytes)) {
+            spin_unlock(&c->lock);
+            c = NULL;
+        }
+    }
+    if (c == NULL) c = chunk_best(size, alignment, false, &index);
+    if (c == NULL) return 0;
+    uintptr_t block = run_take(c, index, size, alignment, retain, dirty_end);
+    spin_unlock(&c->lock);
+    return block;
 }
 
 /* Each thread carves its own chunk first (its "home"), then chunks that are
@@ -287,74 +497,133 @@ static void chunk_make_home(struct arena_chunk *c, struct heap *heap) {
  * that allocates next is in its cache still, where another thread's is not
  * (ebizzy, 2 threads of 192 KiB-1 MiB buffers: 101k records/s with one
  * shared pool against 127-131k with homes or per-thread segments). */
-void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct heap *heap) {
+void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain,
+                  uintptr_t *dirty_end, struct heap *heap) {
     bool can_own = heap != &g_empty_heap; /* not a thread past its exit */
-    int home = can_own ? (int)heap->arena_home - 1 : -1;
-    struct arena_run best;
-    bool found = home >= 0 && run_best(size, alignment, home, &best);
-    if (!found && run_best(size, alignment, CHUNK_UNOWNED, &best)) {
-        found = true;
-        if (home < 0 && can_own) chunk_make_home(best.chunk, heap);
+    uintptr_t block = 0;
+    if (!resident_only && can_own && heap->arena_home) {
+        struct arena_chunk *c = &chunks[heap->arena_home - 1];
+        unsigned index;
+        size_t bytes;
+        spin_lock(&c->lock);
+        bool home = c->home_of == heap; /* else the chunk went, or is another's */
+        if (home && run_best(c, size, alignment, &index, &bytes))
+            block = run_take(c, index, size, alignment, retain, dirty_end);
+        spin_unlock(&c->lock);
+        if (!home) heap->arena_home = 0;
+        if (block) return (void *)block;
     }
-    if (!found) {
-        /* a new chunk's first extent is only page aligned */
-        int slot = chunk_add(size + alignment - OS_PAGE_SIZE);
-        if (slot >= 0) {
-            if (can_own) chunk_make_home(&chunks[slot], heap);
-            found = run_best(size, alignment, slot, &best);
-        }
-    }
-    if (!found && !run_best(size, alignment, CHUNK_ANY, &best)) return NULL;
-    return run_take(best, size, alignment, dirty_end);
+    spin_lock(&g_huge_lock);
+    block = resident_only ? take_resident(size, dirty_end)
+                          : alloc_elsewhere(size, alignment, retain, dirty_end, heap, can_own);
+    spin_unlock(&g_huge_lock);
+    return (void *)block;
 }
 
-/* A block the mmap threshold would map on its own, from memory the arena
- * holds resident: `size` bytes from the start of a dirty extent on, at most
- * an eighth of them clean (the most dirty such place; the smallest extent
- * among equals), or NULL. Mapping such a block while that much freed memory
- * idles here faults in new pages for nothing: `large`, whose biggest blocks
- * keep passing a threshold that only their own frees raise, mapped and
- * unmapped a dozen 8 MB blocks, half its page faults. A block that would be
- * more than an eighth fresh pages still gets a mapping of its own, which its
- * free unmaps at once (with half, `large` faulted 16% less again, but held
- * 3% more at its peak: the fresh pages stay with the arena after the free). */
-void *arena_take_resident(size_t size, uintptr_t *dirty_end) {
-    struct arena_run best = {NULL, 0};
-    size_t best_dirty = 0, best_size = 0;
-    for (unsigned slot = 0; slot < chunk_slots_used; slot++) {
-        struct arena_chunk *c = &chunks[slot];
-        for (unsigned i = 0; c->base && i < c->extent_count; i++) {
-            const struct arena_extent *extents = c->extents;
-            if (!extents[i].dirty) continue;
-            size_t covered = 0, dirty = 0;
-            /* stops once too much of it is clean: the walk stays short */
-            for (unsigned j = i;; j++) {
-                size_t take = extents[j].size < size - covered ? extents[j].size : size - covered;
-                if (extents[j].dirty) dirty += take;
-                covered += take;
-                if (covered == size || covered - dirty > size / 8 || !extent_joins_next(c, j))
-                    break;
-            }
-            if (covered < size || dirty < size - size / 8) continue;
-            if (dirty > best_dirty || (dirty == best_dirty && extents[i].size < best_size)) {
-                best = (struct arena_run){c, i};
-                best_dirty = dirty;
-                best_size = extents[i].size;
-            }
-        }
+/* ---- blocks ---- */
+
+int arena_free(void *p, uint32_t now, size_t *size, bool *retain) {
+    struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
+    if (c == NULL) return ARENA_NONE;
+    struct arena_block *found = block_find(c, (uintptr_t)p);
+    if (found == NULL) {
+        spin_unlock(&c->lock);
+        return ARENA_NO;
     }
-    return best.chunk == NULL ? NULL : run_take(best, size, OS_PAGE_SIZE, dirty_end);
+    struct arena_block block = *found;
+    block_forget(c, found);
+    c->header->freed_recent[c->freed_recent_next++ % FREED_RECENT] = block.start;
+    used_bytes_add(block.size, false);
+    *size = block.size;
+    *retain = block.retain;
+    if (!OPTION(aggressive_madvise)) {
+        range_return(c, block.start, block.size, true, now);
+        spin_unlock(&c->lock);
+        return ARENA_DONE;
+    }
+    /* aggressive mode: released at once, as a mapping of its own would be;
+     * off the list meanwhile, so that no block is carved from it and the
+     * chunk stays */
+    spin_unlock(&c->lock);
+    bool clean = os_release((void *)block.start, block.size);
+    spin_lock(&c->lock);
+    range_return(c, block.start, block.size, !clean, now);
+    spin_unlock(&c->lock);
+    return ARENA_DONE;
 }
 
-void arena_disown(struct heap *heap) {
-    if (heap->arena_home) chunks[heap->arena_home - 1].home_of = NULL;
+int arena_usable_size(const void *p, size_t *usable) {
+    struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
+    if (c == NULL) return ARENA_NONE;
+    struct arena_block *found = block_find(c, (uintptr_t)p);
+    if (found) *usable = found->size;
+    spin_unlock(&c->lock);
+    return found ? ARENA_DONE : ARENA_NO;
+}
+
+bool arena_recently_freed(const void *p) {
+    struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
+    bool found = false;
+    if (c == NULL) return false;
+    for (unsigned i = 0; i < FREED_RECENT; i++)
+        found |= c->header->freed_recent[i] == (uintptr_t)p;
+    spin_unlock(&c->lock);
+    return found;
+}
+
+/* Grows the block at `start` of chunk c (locked) into the free extents
+ * right after it, if they are long enough. */
+static bool block_grow(struct arena_chunk *c, uintptr_t start, size_t old_size, size_t new_size) {
+    unsigned i = extent_index_from(c, start + old_size);
+    if (i == c->extent_count || c->header->extents[i].start != start + old_size) return false;
+    unsigned after;
+    if (run_bytes(c, i, &after) < new_size - old_size) return false;
+    uintptr_t dirty_end;
+    run_carve(c, i, new_size - old_size, &dirty_end);
+    used_bytes_add(new_size - old_size, true);
+    return true;
+}
+
+int arena_resize(void *p, size_t size) {
+    struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
+    if (c == NULL) return ARENA_NONE;
+    struct arena_block *found = block_find(c, (uintptr_t)p);
+    /* small enough for a segment's slices: the caller copies */
+    if (found == NULL || size <= LARGE_MAX) {
+        spin_unlock(&c->lock);
+        return ARENA_NO;
+    }
+    size_t old_size = found->size;
+    bool done = size <= old_size || block_grow(c, found->start, old_size, size);
+    bool dirty = true;
+    if (done && size < old_size && OPTION(aggressive_madvise)) {
+        /* aggressive mode: the tail goes back released (it is still the
+         * block's while the lock is dropped: only its owner reallocs it) */
+        spin_unlock(&c->lock);
+        dirty = !os_release((char *)p + size, old_size - size);
+        spin_lock(&c->lock);
+        found = block_find(c, (uintptr_t)p); /* the list may have moved meanwhile */
+    }
+    if (done && size < old_size) {
+        used_bytes_add(old_size - size, false);
+        range_return(c, (uintptr_t)p + size, old_size - size, dirty, clock_ms());
+    }
+    if (done && found) found->size = size;
+    spin_unlock(&c->lock);
+    return done ? ARENA_DONE : ARENA_NO;
+}
+
+void arena_disown(struct heap *heap, bool lock) {
+    if (heap->arena_home) {
+        struct arena_chunk *c = &chunks[heap->arena_home - 1];
+        if (lock) spin_lock(&c->lock);
+        if (c->home_of == heap) c->home_of = NULL;
+        if (lock) spin_unlock(&c->lock);
+    }
     heap->arena_home = 0;
 }
 
-void arena_give(uintptr_t start, size_t size, bool dirty, uint32_t now) {
-    used_bytes_add(size, false);
-    range_return(chunk_of(start), start, size, dirty, now);
-}
+/* ---- address space lent to segments ---- */
 
 /* Address space is short and a segment cannot be mapped: the chunks' free
  * address space holds it instead, taken from any chunk, its pages released
@@ -362,10 +631,13 @@ void arena_give(uintptr_t start, size_t size, bool dirty, uint32_t now) {
  * arena's: the segment counts itself. */
 void *arena_lend(size_t size, size_t alignment) {
     uintptr_t lent = 0, dirty_end;
-    struct arena_run best;
+    unsigned index;
     spin_lock(&g_huge_lock);
-    if (run_best(size, alignment, CHUNK_ANY, &best))
-        lent = run_carve_aligned(best, size, alignment, &dirty_end);
+    struct arena_chunk *c = chunk_best(size, alignment, false, &index);
+    if (c) {
+        lent = run_carve_aligned(c, index, size, alignment, &dirty_end);
+        spin_unlock(&c->lock);
+    }
     spin_unlock(&g_huge_lock);
     if (lent && !os_release((void *)lent, size)) {
         arena_lent_back(lent, size);
@@ -375,50 +647,52 @@ void *arena_lend(size_t size, size_t alignment) {
 }
 
 void arena_lent_back(uintptr_t start, size_t size) {
-    spin_lock(&g_huge_lock);
-    range_return(chunk_of(start), start, size, true, clock_ms());
-    spin_unlock(&g_huge_lock);
+    struct arena_chunk *c = chunk_lock_holding(start);
+    if (c == NULL) fatal_error("free(): arena block outside the arena");
+    range_return(c, start, size, true, clock_ms());
+    spin_unlock(&c->lock);
 }
 
-bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) {
-    struct arena_chunk *c = chunk_of(start);
-    unsigned i = extent_index_from(c, start + old_size);
-    if (i == c->extent_count || c->extents[i].start != start + old_size) return false;
-    unsigned after;
-    if (run_bytes(c, i, &after) < new_size - old_size) return false;
-    uintptr_t dirty_end;
-    run_carve(c, i, new_size - old_size, &dirty_end);
-    used_bytes_add(new_size - old_size, true);
-    return true;
-}
+/* ---- the release policy's side ---- */
 
 /* Unmaps the chunks that are one clean extent from end to end (huge lock
- * held; taken again around each munmap). */
+ * held; dropped around each munmap). */
 static void chunks_unmap_free(void) {
-    for (unsigned slot = 0; slot < chunk_slots_used; slot++) {
-        struct arena_chunk c = chunks[slot];
-        if (c.base == 0 || c.extent_count != 1 || c.extents[0].dirty ||
-            c.extents[0].size != c.size - CHUNK_HEADER_SIZE)
-            continue;
-        if (c.home_of) arena_disown(c.home_of);
-        chunks[slot].base = 0;
-        chunks[slot].extent_count = 0;
+    for (unsigned slot = 0; slot < slots_used(); slot++) {
+        struct arena_chunk *c = &chunks[slot];
+        uintptr_t base = chunk_base(c);
+        size_t size = chunk_size(c);
+        if (base == 0) continue;
+        spin_lock(&c->lock);
+        bool unmap = c->block_count == 0 && c->extent_count == 1 && !c->header->extents[0].dirty &&
+                     c->header->extents[0].size == size - CHUNK_HEADER_SIZE;
+        if (unmap) {
+            /* relaxed: the locks order it for the chunk's users; a lookup
+             * that read the old base checks it again under the lock */
+            atomic_store_explicit(&ranges_of[slot].base, 0, memory_order_relaxed);
+            c->home_of = NULL;
+            c->extent_count = 0;
+        }
+        spin_unlock(&c->lock);
+        if (!unmap) continue;
         spin_unlock(&g_huge_lock);
-        os_unmap((void *)c.base, c.size);
+        os_unmap((void *)base, size);
         spin_lock(&g_huge_lock);
     }
 }
 
 /* Takes up to RELEASE_BATCH dirty extents idle for the purge delay (all
  * dirty ones: everything) off the lists, into ranges[] and their chunks into
- * owner[]; returns how many. */
+ * owner[]; returns how many (huge lock held). */
 static unsigned release_batch_take(bool everything, uint32_t now, struct iovec *ranges,
                                    struct arena_chunk **owner) {
     unsigned count = 0;
-    for (unsigned slot = 0; slot < chunk_slots_used && count < RELEASE_BATCH; slot++) {
+    for (unsigned slot = 0, used = slots_used(); slot < used && count < RELEASE_BATCH; slot++) {
         struct arena_chunk *c = &chunks[slot];
-        for (unsigned i = 0; c->base && i < c->extent_count && count < RELEASE_BATCH;) {
-            struct arena_extent *e = &c->extents[i];
+        if (chunk_base(c) == 0) continue;
+        spin_lock(&c->lock);
+        for (unsigned i = 0; i < c->extent_count && count < RELEASE_BATCH;) {
+            struct arena_extent *e = &c->header->extents[i];
             if (!e->dirty ||
                 (!everything && (uint32_t)(now - e->freed_ms) < OPTION(purge_delay_ms))) {
                 i++;
@@ -429,6 +703,7 @@ static unsigned release_batch_take(bool everything, uint32_t now, struct iovec *
             dirty_bytes_add(e->size, false);
             extent_remove(c, i);
         }
+        spin_unlock(&c->lock);
     }
     return count;
 }
@@ -439,7 +714,7 @@ bool arena_release(bool everything, uint32_t now) {
     spin_lock(&g_huge_lock);
     for (;;) {
         /* Off the lists while the kernel releases them, so no block is
-         * carved from a range being zeroed, and its chunk stays mapped. */
+         * carved from a range being zeroed, and their chunks stay mapped. */
         struct iovec ranges[RELEASE_BATCH];
         struct arena_chunk *owner[RELEASE_BATCH];
         unsigned count = release_batch_take(everything, now, ranges, owner);
@@ -450,11 +725,13 @@ bool arena_release(bool everything, uint32_t now) {
         for (unsigned k = 0; k < count; k++) {
             bool clean = went >> k & 1;
             released |= clean;
+            spin_lock(&owner[k]->lock);
             /* a range the list has no room for stays out of use, released */
             if (!extent_insert(owner[k], (uintptr_t)ranges[k].iov_base, ranges[k].iov_len, !clean,
                                now) &&
                 !clean)
                 os_release(ranges[k].iov_base, ranges[k].iov_len);
+            spin_unlock(&owner[k]->lock);
         }
         if (count < RELEASE_BATCH || went == 0) break;
     }
@@ -462,4 +739,16 @@ bool arena_release(bool everything, uint32_t now) {
     spin_unlock(&g_huge_lock);
     os_unmapping_end();
     return released;
+}
+
+/* ---- fork: after the huge lock, every chunk's, in slot order ---- */
+
+void arena_fork_lock(void) {
+    for (unsigned slot = 0, used = slots_used(); slot < used; slot++)
+        spin_lock(&chunks[slot].lock);
+}
+
+void arena_fork_unlock(void) {
+    for (unsigned slot = slots_used(); slot-- > 0;)
+        spin_unlock(&chunks[slot].lock);
 }

@@ -2,7 +2,8 @@
  * released in both processes after it, so the child finds consistent state
  * and can allocate at once even if the parent had many threads.
  * Lock order: purge, exit heap, heaps, each heap's page cache, segment cache,
- * abandoned, registry, each segment's lock (registry order), huge. */
+ * abandoned, registry, each segment's lock (registry order), huge, each arena
+ * chunk's (slot order). */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sys/single_threaded.h>
@@ -62,11 +63,13 @@ static void fork_prepare(void) {
     for (struct segment *s = g_registry; s; s = s->all_next)
         spin_lock(&s->lock);
     spin_lock(&g_huge_lock);
+    arena_fork_lock();
 }
 
 static void fork_unlock_ours(void) {
     if (fork_locking() == 0) return;
     if (fork_locking() == 2) {
+        arena_fork_unlock();
         spin_unlock(&g_huge_lock);
         for (struct segment *s = g_registry; s; s = s->all_next)
             spin_unlock(&s->lock);

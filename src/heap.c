@@ -347,9 +347,7 @@ static COLD void heap_thread_exit(void *arg) {
         }
         *lists[l] = NULL;
     }
-    spin_lock(&g_huge_lock);
-    arena_disown(heap); /* its arena chunk is for any thread now */
-    spin_unlock(&g_huge_lock);
+    arena_disown(heap, true); /* its arena chunk is for any thread now */
     spin_lock(&g_heaps_lock);
     if (heap->prev_heap)
         heap->prev_heap->next_heap = heap->next_heap;
@@ -394,7 +392,7 @@ COLD void heap_atfork_child(bool locked) {
             g_heaps = heap;
         } else {
             if (locked) page_cache_give_back_frozen(heap);
-            arena_disown(heap);               /* single-threaded now: no lock */
+            arena_disown(heap, false);        /* single-threaded now: no lock */
             heap->next_heap = heap_free_list; /* heap_create clears the rest */
             heap_free_list = heap;
             if (heap->id != EXIT_HEAP_ID) /* statistic: thread heaps */

@@ -1,9 +1,10 @@
-/* Huge blocks: those too big for a segment's slices. Each is tracked out of
- * band in an open-addressing table keyed by the address we returned (so
- * free() of a pointer we never returned is recognised). One allocated below
- * the mmap threshold comes from the arena (arena.c), where it stays when
- * freed, for the release policy to give back; one at or above the threshold
- * is mapped on its own and unmapped when freed, as glibc's are. */
+/* Huge blocks: those too big for a segment's slices. One allocated below
+ * the mmap threshold comes from the arena (arena.c), which records it in its
+ * chunk and keeps it when freed, for the release policy to give back; one at
+ * or above the threshold is mapped on its own, tracked out of band in an
+ * open-addressing table keyed by the address we returned (so free() of a
+ * pointer we never returned is recognised), and unmapped when freed, as
+ * glibc's are. */
 #define _GNU_SOURCE
 #include <string.h>
 
@@ -11,11 +12,10 @@
 
 struct huge_entry {
     uintptr_t user;   /* address returned to the caller; 0 = empty, 1 = deleted */
-    uintptr_t base;   /* start of the mapping, or of the arena's range */
-    size_t map_size;  /* bytes mapped (or taken from the arena) */
+    uintptr_t base;   /* start of the mapping */
+    size_t map_size;  /* bytes mapped */
     bool retain;      /* allocated below the mmap threshold: freeing it does
                          not move the dynamic threshold */
-    bool arena;       /* taken from the arena, and given back to it */
     bool hugetlb;     /* on explicit huge pages (os_map_huge_pages): mremap,
                          which wants whole huge pages, is not tried */
     bool moving;      /* realloc's mremap is at work on it, lock dropped:
@@ -122,7 +122,7 @@ static void note_live(size_t map_size, bool add) {
 }
 
 /* Records a new mapping of its own as a live block; on failure the mapping
- * goes back. (The arena's blocks are recorded by arena_block.) */
+ * goes back. (The arena records its blocks itself.) */
 static bool huge_register(struct huge_entry entry) {
     spin_lock(&g_huge_lock);
     bool ok = table_insert(entry);
@@ -133,27 +133,6 @@ static bool huge_register(struct huge_entry entry) {
     }
     note_live(entry.map_size, true);
     return true;
-}
-
-/* A block from the arena for this thread, recorded as live in the same
- * hold of the lock (0: none, or no room in the table: *table_full);
- * `resident`: only from freed memory that covers it (arena_take_resident).
- * One hold instead of two: the lock is the arena's only shared line on a
- * thread's own chunk. */
-static uintptr_t arena_block(size_t size, size_t alignment, bool resident, bool retain,
-                             uintptr_t *dirty_end, bool *table_full) {
-    spin_lock(&g_huge_lock);
-    uintptr_t block = (uintptr_t)(resident ? arena_take_resident(size, dirty_end)
-                                           : arena_take(size, alignment, dirty_end, t_heap));
-    if (block &&
-        !table_insert((struct huge_entry){
-            .user = block, .base = block, .map_size = size, .retain = retain, .arena = true})) {
-        arena_give(block, size, true, clock_ms());
-        block = 0;
-        *table_full = true;
-    }
-    spin_unlock(&g_huge_lock);
-    return block;
 }
 
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
@@ -177,12 +156,11 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
      * the letter. */
     bool resident_only = !retain_on_free && alignment == OS_PAGE_SIZE &&
                          OPTION(dynamic_threshold) && kept <= DEFAULT_MMAP_THRESHOLD_MAX;
-    bool table_full = false;
     if (base == 0 && (retain_on_free || resident_only)) {
-        base = arena_block(kept, alignment, resident_only, retain_on_free, &dirty_end, &table_full);
+        base = (uintptr_t)arena_alloc(kept, alignment, resident_only, retain_on_free, &dirty_end,
+                                      t_heap);
         in_arena = base != 0;
     }
-    if (table_full) return NULL;
     if (base == 0) {
         base = (uintptr_t)os_map_block(map_size);
         if (base == 0) {
@@ -204,7 +182,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
          * of 3 MiB left no room for a second block of 9 MiB, 2 runs in 300),
          * or a chunk the trims above made room for. The block goes back to
          * the arena when freed, as the arena's own do. */
-        base = arena_block(kept, alignment, false, retain_on_free, &dirty_end, &table_full);
+        base = (uintptr_t)arena_alloc(kept, alignment, false, retain_on_free, &dirty_end, t_heap);
         in_arena = base != 0;
     }
     if (base == 0) return NULL;
@@ -241,7 +219,17 @@ static bool guarded_canary_intact(const struct huge_entry *entry) {
 }
 
 bool huge_free(void *p) {
-    uint32_t now = clock_ms(); /* an arena block's free time, read outside the lock */
+    size_t size;
+    bool retain;
+    int in_arena = arena_free(p, clock_ms(), &size, &retain);
+    if (in_arena != ARENA_NONE) {
+        if (in_arena == ARENA_NO) return false;
+        /* over the threshold when taken: its free moves the threshold as a
+         * mapping's would */
+        if (!retain) options_note_huge_free(size + 1);
+        purge_after_free();
+        return true;
+    }
     spin_lock(&g_huge_lock);
     struct huge_entry *found = table_find((uintptr_t)p);
     if (found == NULL) {
@@ -255,24 +243,7 @@ bool huge_free(void *p) {
     }
     freed_recent[freed_recent_next++ % FREED_RECENT] = entry.user;
     found->user = 1; /* deleted */
-    /* aggressive mode: released at once, as a mapping of its own would be */
-    bool release = entry.arena && OPTION(aggressive_madvise);
-    if (entry.arena && !release) arena_give(entry.base, entry.map_size, true, now);
     spin_unlock(&g_huge_lock);
-    if (release) {
-        bool clean = os_release((void *)entry.base, entry.map_size);
-        spin_lock(&g_huge_lock);
-        arena_give(entry.base, entry.map_size, !clean, clock_ms());
-        spin_unlock(&g_huge_lock);
-        return true;
-    }
-    if (entry.arena) {
-        /* over the threshold when taken: its free moves the threshold as a
-         * mapping's would */
-        if (!entry.retain) options_note_huge_free(entry.map_size + 1);
-        purge_after_free();
-        return true;
-    }
     note_live(entry.map_size, false);
     os_unmap((void *)entry.base, entry.map_size);
     if (!entry.retain) options_note_huge_free(entry.map_size + 1); /* glibc counts a header */
@@ -280,7 +251,7 @@ bool huge_free(void *p) {
 }
 
 bool huge_recently_freed(const void *p) {
-    bool found = false;
+    bool found = arena_recently_freed(p);
     spin_lock(&g_huge_lock);
     for (unsigned i = 0; i < FREED_RECENT; i++)
         found |= freed_recent[i] == (uintptr_t)p;
@@ -289,6 +260,8 @@ bool huge_recently_freed(const void *p) {
 }
 
 bool huge_usable_size(const void *p, size_t *usable) {
+    int in_arena = arena_usable_size(p, usable);
+    if (in_arena != ARENA_NONE) return in_arena == ARENA_DONE;
     spin_lock(&g_huge_lock);
     struct huge_entry *found = table_find((uintptr_t)p);
     if (found)
@@ -304,6 +277,10 @@ bool huge_usable_size(const void *p, size_t *usable) {
 void *huge_realloc(void *p, size_t size) {
     if (size > PTRDIFF_MAX - OS_PAGE_SIZE) return NULL;
     size_t map_size = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
+    /* An arena block gives its tail back or grows into the free extent
+     * after it; else the caller copies (into resident memory, most often). */
+    int in_arena = arena_resize(p, map_size);
+    if (in_arena != ARENA_NONE) return in_arena == ARENA_DONE ? p : NULL;
     spin_lock(&g_huge_lock);
     struct huge_entry *found = table_find((uintptr_t)p);
     if (found == NULL || found->user != found->base || found->guarded) {
@@ -311,27 +288,8 @@ void *huge_realloc(void *p, size_t size) {
         return NULL;
     }
     struct huge_entry entry = *found;
-    /* An arena block gives its tail back or grows into the free extent
-     * after it; else the caller copies (into resident memory, most often). */
-    if (entry.arena && map_size > LARGE_MAX) {
-        bool done = map_size <= entry.map_size || arena_grow(entry.base, entry.map_size, map_size);
-        bool dirty = true;
-        if (done && map_size < entry.map_size && OPTION(aggressive_madvise)) {
-            /* aggressive mode: the tail goes back released (it is still the
-             * block's while the lock is dropped: only its owner reallocs it) */
-            spin_unlock(&g_huge_lock);
-            dirty = !os_release((void *)(entry.base + map_size), entry.map_size - map_size);
-            spin_lock(&g_huge_lock);
-            found = table_find((uintptr_t)p);
-        }
-        if (done && map_size < entry.map_size)
-            arena_give(entry.base + map_size, entry.map_size - map_size, dirty, clock_ms());
-        if (done) found->map_size = map_size;
-        spin_unlock(&g_huge_lock);
-        return done ? p : NULL;
-    }
-    /* small enough for a segment's slices (an arena block), or to be copied */
-    if (entry.arena || size <= LARGE_MAX / 2) {
+    /* small enough for a segment's slices, or to be copied */
+    if (size <= LARGE_MAX / 2) {
         spin_unlock(&g_huge_lock);
         return NULL;
     }

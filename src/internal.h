@@ -566,29 +566,40 @@ extern _Atomic uint64_t g_huge_max_bytes INTERNAL;
 extern _Atomic uint64_t g_huge_max_count INTERNAL;
 
 /* ---- arena.c: blocks over ARENA_MIN and under the mmap threshold ---- */
-/* The next four run under g_huge_lock. arena_take: `size` bytes (page
- * multiple) aligned to `alignment` (a power of two, at least a page) for the
- * thread of `heap`, or NULL; *dirty_end: the end of the last part taken that
- * may be resident (at or before the block's start: the block reads as zeros). */
-void *arena_take(size_t size, size_t alignment, uintptr_t *dirty_end, struct heap *heap) INTERNAL;
-/* arena_take_resident: `size` bytes (page multiple, page aligned) of free
- * extents at most an eighth of which is clean (not resident), or NULL;
- * *dirty_end as above. */
-void *arena_take_resident(size_t size, uintptr_t *dirty_end) INTERNAL;
-void arena_disown(struct heap *heap) INTERNAL; /* its thread exits (huge lock, or a fork child) */
-/* arena_give: a block's range back; clean: released; now: clock_ms() (read
- * before the lock is taken, to keep the hold short) */
-void arena_give(uintptr_t start, size_t size, bool dirty, uint32_t now) INTERNAL;
-bool arena_grow(uintptr_t start, size_t old_size, size_t new_size) INTERNAL; /* in place */
+/* Each function takes the locks it needs (a chunk's, and the huge lock
+ * before it to add, remove or search several chunks). arena_alloc: `size`
+ * bytes (page multiple) aligned to `alignment` (a power of two, at least a
+ * page) for the thread of `heap`, recorded as a block of its chunk, or NULL;
+ * resident_only: only from freed memory that covers it, at most an eighth of
+ * it clean (a block over the mmap threshold); retain: taken under the
+ * threshold; *dirty_end: the end of the last part taken that may be
+ * resident (at or before the block's start: the block reads as zeros). */
+void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain,
+                  uintptr_t *dirty_end, struct heap *heap) INTERNAL;
+/* What the next three say of a pointer: no chunk holds it (ARENA_NONE), a
+ * chunk holds it but it is no block there or the call cannot be done
+ * (ARENA_NO), or done (ARENA_DONE). arena_free: *size and *retain of the
+ * block freed, `now`: clock_ms() read before. arena_resize: to `size` bytes
+ * (page multiple) in place, growing into free extents or giving the tail
+ * back; ARENA_NO: the caller copies. */
+enum { ARENA_NONE, ARENA_NO, ARENA_DONE };
+int arena_free(void *p, uint32_t now, size_t *size, bool *retain) INTERNAL;
+int arena_usable_size(const void *p, size_t *usable) INTERNAL;
+int arena_resize(void *p, size_t size) INTERNAL;
+bool arena_recently_freed(const void *p) INTERNAL; /* among its chunk's last 64 freed */
+/* its thread exits (lock), or a fork child forgets the threads (no lock) */
+void arena_disown(struct heap *heap, bool lock) INTERNAL;
 /* Releases free extents idle for the purge delay (all: everything) and
- * unmaps wholly free chunks; takes the huge lock. True if anything went. */
+ * unmaps wholly free chunks. True if anything went. */
 bool arena_release(bool everything, uint32_t now) INTERNAL;
-/* These two take the huge lock. arena_lend: `size` bytes aligned to
- * `alignment` (a power of two) from the chunks' free address space, reading
- * as zero, for a segment that could not be mapped; NULL if no run fits.
- * arena_lent_back: such a range, no longer used. */
+/* arena_lend: `size` bytes aligned to `alignment` (a power of two) from the
+ * chunks' free address space, reading as zero, for a segment that could not
+ * be mapped; NULL if no run fits. arena_lent_back: such a range, no longer
+ * used. */
 void *arena_lend(size_t size, size_t alignment) INTERNAL;
 void arena_lent_back(uintptr_t start, size_t size) INTERNAL;
+void arena_fork_lock(void) INTERNAL;                  /* every chunk's lock, the huge lock held */
+void arena_fork_unlock(void) INTERNAL;                /* and back */
 extern _Atomic uint64_t g_arena_dirty_bytes INTERNAL; /* free, maybe resident */
 extern _Atomic uint64_t g_arena_used_bytes INTERNAL;  /* in blocks handed out */
 
