@@ -378,34 +378,6 @@ static void chunk_make_home(struct arena_chunk *c, struct heap *heap) {
     heap->arena_home = (uint16_t)(c - chunks + 1);
 }
 
-/* Under the huge lock: the chunk, locked, whose run fits best among those
- * that are no thread's home (unowned) or all, and the run in *index; NULL if
- * none (or the best one changed before it could be taken: the caller goes on
- * to its next choice). */
-static struct arena_chunk *chunk_best(size_t size, size_t alignment, bool unowned,
-                                      unsigned *index) {
-    struct arena_chunk *best = NULL;
-    size_t best_bytes = 0, bytes;
-    for (unsigned slot = 0, used = slots_used(); slot < used; slot++) {
-        struct arena_chunk *c = &chunks[slot];
-        if (chunk_base(c) == 0) continue;
-        spin_lock(&c->lock);
-        if ((!unowned || c->home_of == NULL) && run_best(c, size, alignment, index, &bytes) &&
-            (best == NULL || bytes < best_bytes)) {
-            best = c;
-            best_bytes = bytes;
-        }
-        spin_unlock(&c->lock);
-    }
-    if (best == NULL) return NULL;
-    spin_lock(&best->lock);
-    if ((unowned && best->home_of != NULL) || !run_best(best, size, alignment, index, &bytes)) {
-        spin_unlock(&best->lock);
-        return NULL;
-    }
-    return best;
-}
-
 /* The most dirty place of chunk c (locked) where `size` bytes from the start
  * of a dirty extent on are at most an eighth clean (the smallest extent
  * among equals): true, the extent in *index and the dirty bytes in *dirty. */
@@ -435,37 +407,55 @@ static bool resident_best(const struct arena_chunk *c, size_t size, unsigned *in
     return best_dirty != 0;
 }
 
-/* A block the mmap threshold would map on its own, from memory the arena
- * holds resident: `size` bytes from the start of a dirty extent on, at most
- * an eighth of them clean, or 0. Mapping such a block while that much freed
- * memory idles here faults in new pages for nothing: `large`, whose biggest
- * blocks keep passing a threshold that only their own frees raise, mapped
- * and unmapped a dozen 8 MB blocks, half its page faults. A block that would
- * be more than an eighth fresh pages still gets a mapping of its own, which
- * its free unmaps at once (with half, `large` faulted 16% less again, but
- * held 3% more at its peak: the fresh pages stay with the arena after the
- * free). Huge lock held. */
-static uintptr_t take_resident(size_t size, uintptr_t *dirty_end) {
+/* What chunk_best looks for: the smallest run that fits in a chunk that is
+ * no thread's home, or in any, or the most resident place (resident_best). */
+enum chunk_pick { PICK_UNOWNED, PICK_ANY, PICK_RESIDENT };
+
+/* How well chunk c (locked) serves the request, lower better, 0 not at
+ * all; the run in *index. */
+static size_t chunk_fit(const struct arena_chunk *c, size_t size, size_t alignment,
+                        enum chunk_pick pick, unsigned *index) {
+    size_t value;
+    if (pick == PICK_RESIDENT) return resident_best(c, size, index, &value) ? SIZE_MAX - value : 0;
+    if (pick == PICK_UNOWNED && c->home_of != NULL) return 0;
+    return run_best(c, size, alignment, index, &value) ? value : 0;
+}
+
+/* Under the huge lock: the chunk, locked, that serves the request best, and
+ * the run in *index; NULL if none (or the best one changed before it could
+ * be taken: the caller goes on to its next choice).
+ *
+ * PICK_RESIDENT is for a block the mmap threshold would map on its own,
+ * from memory the arena holds resident: mapping such a block while that
+ * much freed memory idles here faults in new pages for nothing: `large`,
+ * whose biggest blocks keep passing a threshold that only their own frees
+ * raise, mapped and unmapped a dozen 8 MB blocks, half its page faults. A
+ * block that would be more than an eighth fresh pages still gets a mapping
+ * of its own, which its free unmaps at once (with half, `large` faulted 16%
+ * less again, but held 3% more at its peak: the fresh pages stay with the
+ * arena after the free). */
+static struct arena_chunk *chunk_best(size_t size, size_t alignment, enum chunk_pick pick,
+                                      unsigned *index) {
     struct arena_chunk *best = NULL;
-    size_t best_dirty = 0, dirty;
-    unsigned index;
+    size_t best_fit = 0;
     for (unsigned slot = 0, used = slots_used(); slot < used; slot++) {
         struct arena_chunk *c = &chunks[slot];
         if (chunk_base(c) == 0) continue;
         spin_lock(&c->lock);
-        if (resident_best(c, size, &index, &dirty) && dirty > best_dirty) {
+        size_t fit = chunk_fit(c, size, alignment, pick, index);
+        if (fit && (best == NULL || fit < best_fit)) {
             best = c;
-            best_dirty = dirty;
+            best_fit = fit;
         }
         spin_unlock(&c->lock);
     }
-    if (best == NULL) return 0;
+    if (best == NULL) return NULL;
     spin_lock(&best->lock);
-    uintptr_t block = resident_best(best, size, &index, &dirty)
-                          ? run_take(best, index, size, OS_PAGE_SIZE, false, dirty_end)
-                          : 0;
-    spin_unlock(&best->lock);
-    return block;
+    if (chunk_fit(best, size, alignment, pick, index) == 0) {
+        spin_unlock(&best->lock);
+        return NULL;
+    }
+    return best;
 }
 
 /* arena_alloc past the home chunk: chunks that are no thread's home, then a
@@ -473,7 +463,7 @@ static uintptr_t take_resident(size_t size, uintptr_t *dirty_end) {
 static uintptr_t alloc_elsewhere(size_t size, size_t alignment, bool retain, uintptr_t *dirty_end,
                                  struct heap *heap, bool can_own) {
     unsigned index;
-    struct arena_chunk *c = chunk_best(size, alignment, true, &index);
+    struct arena_chunk *c = chunk_best(size, alignment, PICK_UNOWNED, &index);
     if (c && can_own && heap->arena_home == 0) chunk_make_home(c, heap);
     if (c == NULL) {
         /* a new chunk's first extent is only page aligned */
@@ -485,7 +475,7 @@ static uintptr_t alloc_elsewhere(size_t size, size_t alignment, bool retain, uin
             c = NULL;
         }
     }
-    if (c == NULL) c = chunk_best(size, alignment, false, &index);
+    if (c == NULL) c = chunk_best(size, alignment, PICK_ANY, &index);
     if (c == NULL) return 0;
     uintptr_t block = run_take(c, index, size, alignment, retain, dirty_end);
     spin_unlock(&c->lock);
@@ -514,8 +504,16 @@ void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain
         if (block) return (void *)block;
     }
     spin_lock(&g_huge_lock);
-    block = resident_only ? take_resident(size, dirty_end)
-                          : alloc_elsewhere(size, alignment, retain, dirty_end, heap, can_own);
+    if (resident_only) {
+        unsigned index;
+        struct arena_chunk *c = chunk_best(size, OS_PAGE_SIZE, PICK_RESIDENT, &index);
+        if (c) {
+            block = run_take(c, index, size, OS_PAGE_SIZE, false, dirty_end);
+            spin_unlock(&c->lock);
+        }
+    } else {
+        block = alloc_elsewhere(size, alignment, retain, dirty_end, heap, can_own);
+    }
     spin_unlock(&g_huge_lock);
     return (void *)block;
 }
@@ -633,7 +631,7 @@ void *arena_lend(size_t size, size_t alignment) {
     uintptr_t lent = 0, dirty_end;
     unsigned index;
     spin_lock(&g_huge_lock);
-    struct arena_chunk *c = chunk_best(size, alignment, false, &index);
+    struct arena_chunk *c = chunk_best(size, alignment, PICK_ANY, &index);
     if (c) {
         lent = run_carve_aligned(c, index, size, alignment, &dirty_end);
         spin_unlock(&c->lock);
