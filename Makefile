@@ -33,14 +33,17 @@ lib: $(LIB_SO) $(LIB_A)
 # system calls (release passes) and blocks of 128 KiB and more, once a page
 # emptied (the page cache) or a class needs a new page (segment), or in
 # secure mode (check), where its own instructions are not what costs;
-# functions run once a thread or a segment are marked COLD (src/internal.h).
+# functions run once a thread or a segment, and the aligned-allocation and
+# error paths of the files not listed, are marked COLD (src/internal.h).
 # The library's code is resident whole in every program (the kernel maps a
 # file's pages 64 KiB around each fault): 16 pages with -O2 everywhere, 12
 # with the first eleven of these and the read-only data moved in
 # (src/rodata.ld), 11 with segment and check too; instruction counts of the
 # benchmarks within the runs' spread (docs/benchmark-history.md,
-# thirty-eighth and thirty-ninth sessions).
-COLD_SRCS := arena fork format huge init options os page_cache purge segment_release size_class \
+# thirty-eighth and thirty-ninth sessions). The arena's lock per chunk took
+# 12 again; the spin lock's wait out of line (lock) and the COLD functions
+# made it 11 (fortieth session).
+COLD_SRCS := arena fork format huge init lock options os page_cache purge segment_release size_class \
              stats segment check
 
 # The Makefile too: a change of flags rebuilds (make lib-nochecks kept objects

@@ -520,6 +520,21 @@ void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain
 
 /* ---- blocks ---- */
 
+/* A range of chunk c (locked) that no block holds any longer back on its
+ * list; in aggressive mode released first, as a mapping of its own would
+ * be, off the list meanwhile, so that no block is carved from it and the
+ * chunk stays. Unlocks c. */
+static void range_give(struct arena_chunk *c, uintptr_t start, size_t size, uint32_t now) {
+    bool dirty = true;
+    if (OPTION(aggressive_madvise)) {
+        spin_unlock(&c->lock);
+        dirty = !os_release((void *)start, size);
+        spin_lock(&c->lock);
+    }
+    range_return(c, start, size, dirty, now);
+    spin_unlock(&c->lock);
+}
+
 int arena_free(void *p, uint32_t now, size_t *size, bool *retain) {
     struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
     if (c == NULL) return ARENA_NONE;
@@ -534,19 +549,7 @@ int arena_free(void *p, uint32_t now, size_t *size, bool *retain) {
     used_bytes_add(block.size, false);
     *size = block.size;
     *retain = block.retain;
-    if (!OPTION(aggressive_madvise)) {
-        range_return(c, block.start, block.size, true, now);
-        spin_unlock(&c->lock);
-        return ARENA_DONE;
-    }
-    /* aggressive mode: released at once, as a mapping of its own would be;
-     * off the list meanwhile, so that no block is carved from it and the
-     * chunk stays */
-    spin_unlock(&c->lock);
-    bool clean = os_release((void *)block.start, block.size);
-    spin_lock(&c->lock);
-    range_return(c, block.start, block.size, !clean, now);
-    spin_unlock(&c->lock);
+    range_give(c, block.start, block.size, now);
     return ARENA_DONE;
 }
 
@@ -592,23 +595,18 @@ int arena_resize(void *p, size_t size) {
         return ARENA_NO;
     }
     size_t old_size = found->size;
-    bool done = size <= old_size || block_grow(c, found->start, old_size, size);
-    bool dirty = true;
-    if (done && size < old_size && OPTION(aggressive_madvise)) {
-        /* aggressive mode: the tail goes back released (it is still the
-         * block's while the lock is dropped: only its owner reallocs it) */
+    if (size > old_size && !block_grow(c, found->start, old_size, size)) {
         spin_unlock(&c->lock);
-        dirty = !os_release((char *)p + size, old_size - size);
-        spin_lock(&c->lock);
-        found = block_find(c, (uintptr_t)p); /* the list may have moved meanwhile */
+        return ARENA_NO;
     }
-    if (done && size < old_size) {
+    found->size = size;
+    if (size < old_size) {
         used_bytes_add(old_size - size, false);
-        range_return(c, (uintptr_t)p + size, old_size - size, dirty, clock_ms());
+        range_give(c, (uintptr_t)p + size, old_size - size, clock_ms());
+    } else {
+        spin_unlock(&c->lock);
     }
-    if (done && found) found->size = size;
-    spin_unlock(&c->lock);
-    return done ? ARENA_DONE : ARENA_NO;
+    return ARENA_DONE;
 }
 
 void arena_disown(struct heap *heap, bool lock) {

@@ -28,7 +28,7 @@ static bool freed_block_at(const void *p) {
            __atomic_load_n(&segment->pages[slice].class_index, __ATOMIC_RELAXED) == LARGE_CLASS;
 }
 
-void report_invalid_pointer(const void *p, const char *message) {
+COLD void report_invalid_pointer(const void *p, const char *message) {
     if (message == g_free_invalid_pointer && freed_block_at(p))
         fatal_error("free(): double free detected");
     fatal_error(message);
@@ -256,7 +256,7 @@ NOINLINE void free_internal(void *p) {
  * already, which would then be handed out twice, or a live one holding a copy
  * of a freed one's words. The owner walks the page's lists to tell; another
  * thread cannot, and takes the key for proof, as free_remote does. */
-void realloc_freed_check(void *p) {
+COLD void realloc_freed_check(void *p) {
     struct segment *segment = segment_of(p);
     if (segment_owner_thread(segment) != current_thread_id())
         fatal_error("realloc(): invalid pointer");

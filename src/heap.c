@@ -156,14 +156,14 @@ static void heap_class_table_fill(struct heap *heap) {
     }
 }
 
-void heap_class_tables_refresh(void) {
+COLD void heap_class_tables_refresh(void) {
     spin_lock(&g_heaps_lock);
     for (struct heap *heap = g_heaps; heap; heap = heap->next_heap)
         heap_class_table_fill(heap);
     spin_unlock(&g_heaps_lock);
 }
 
-void heap_young_end(struct heap *heap) {
+COLD void heap_young_end(struct heap *heap) {
     if (likely(!heap->young)) return;
     spin_lock(&g_heaps_lock); /* against size_class_table_limit's rewrite */
     heap->young = 0;
@@ -187,7 +187,7 @@ static inline unsigned heap_class_of(const struct heap *heap, size_t size) {
 
 /* A heap struct set up empty, owned by `id`, and on the heaps list. A thread's
  * heap (may_be_young) is young if enough others are live. */
-static struct heap *heap_create(uint64_t id, bool may_be_young) {
+static COLD struct heap *heap_create(uint64_t id, bool may_be_young) {
     struct heap *heap = heap_struct_alloc();
     if (heap == NULL) return NULL;
     for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++)
@@ -691,7 +691,7 @@ void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
 }
 
 /* alignment is a power of two above 16. */
-void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
+COLD void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
     if (unlikely(heap == &g_empty_heap)) {
         if (unlikely(t_heap_exited)) return exit_heap_malloc(alignment, size, NULL);
         heap = heap_for_thread();
@@ -763,7 +763,7 @@ void heap_page_empty(struct heap *heap, struct page *page) {
  * realloc: a use after free), or user data that happens to equal the key.
  * Owner only. Collect, then look for the block on the page's free list;
  * `message` is the abort's line. */
-void heap_freed_block_check(struct page *page, struct block *b, const char *message) {
+COLD void heap_freed_block_check(struct page *page, struct block *b, const char *message) {
     /* before the walk: a batch pushed after this look is on the lists */
     if (remote_batch_open_for(page)) fatal_error(message);
     page_collect_remote(page);
