@@ -557,7 +557,8 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
 bool huge_free(void *p) INTERNAL;                                 /* false: not ours */
 bool huge_usable_size(const void *p, size_t *usable) INTERNAL;    /* false: not ours */
-bool huge_recently_freed(const void *p) INTERNAL;  /* among the last 64 huge blocks freed */
+/* among the last 64 huge blocks freed of their kind (arena chunk, own mapping) */
+bool huge_recently_freed(const void *p) INTERNAL;
 void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
 extern struct spin_lock g_huge_lock INTERNAL;
 extern _Atomic uint64_t g_huge_count INTERNAL;
