@@ -118,19 +118,28 @@ static size_t chunk_size(const struct arena_chunk *c) {
     return atomic_load_explicit(&ranges_of[c - chunks].size, memory_order_relaxed);
 }
 
-/* ---- a chunk's free extents (its lock held) ---- */
-
-/* The first extent of chunk c that starts at or after `address`. */
-static unsigned extent_index_from(const struct arena_chunk *c, uintptr_t address) {
-    unsigned low = 0, high = c->extent_count;
+/* The first of `count` entries sorted by start that starts at or after
+ * `address`; an entry is `stride` bytes, its start its first member (both
+ * lists of a chunk, its extents and its blocks). */
+static unsigned sorted_index_from(const void *entries, size_t stride, unsigned count,
+                                  uintptr_t address) {
+    unsigned low = 0, high = count;
     while (low < high) {
         unsigned mid = (low + high) / 2;
-        if (c->header->extents[mid].start < address)
+        if (*(const uintptr_t *)((const char *)entries + mid * stride) < address)
             low = mid + 1;
         else
             high = mid;
     }
     return low;
+}
+
+/* ---- a chunk's free extents (its lock held) ---- */
+
+/* The first extent of chunk c that starts at or after `address`. */
+static unsigned extent_index_from(const struct arena_chunk *c, uintptr_t address) {
+    return sorted_index_from(c->header->extents, sizeof(struct arena_extent), c->extent_count,
+                             address);
 }
 
 /* Shifts by hand: libc's memmove would be one more import to map (tests/suite-static.sh). */
@@ -220,15 +229,8 @@ static void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bo
 
 /* The first block of chunk c that starts at or after `address`. */
 static unsigned block_index_from(const struct arena_chunk *c, uintptr_t address) {
-    unsigned low = 0, high = c->block_count;
-    while (low < high) {
-        unsigned mid = (low + high) / 2;
-        if (c->header->blocks[mid].start < address)
-            low = mid + 1;
-        else
-            high = mid;
-    }
-    return low;
+    return sorted_index_from(c->header->blocks, sizeof(struct arena_block), c->block_count,
+                             address);
 }
 
 /* The block handed out at `address`, or NULL. */
