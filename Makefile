@@ -33,8 +33,8 @@ lib: $(LIB_SO) $(LIB_A)
 # system calls (release passes) and blocks of 128 KiB and more, once a page
 # emptied (the page cache) or a class needs a new page (segment), or in
 # secure mode (check), where its own instructions are not what costs;
-# functions run once a thread or a segment, and the aligned-allocation and
-# error paths of the files not listed, are marked COLD (src/internal.h).
+# functions run once a thread or a segment, and the error paths of the
+# files not listed, are marked COLD (src/internal.h).
 # The library's code is resident whole in every program (the kernel maps a
 # file's pages 64 KiB around each fault): 16 pages with -O2 everywhere, 12
 # with the first eleven of these and the read-only data moved in

@@ -75,7 +75,7 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
 
 /* glibc's memalign: alignments up to 16 are plain malloc, others round up
  * to a power of two; an absurd alignment is EINVAL. */
-static COLD void *memalign_internal(size_t alignment, size_t size) {
+static void *memalign_internal(size_t alignment, size_t size) {
     if (alignment <= ALIGNMENT) return malloc_inline(size);
     /* Small blocks with a small power-of-two alignment (C++'s aligned new,
      * Rust's allocator past 16): the first class up from the size whose

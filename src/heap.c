@@ -691,7 +691,7 @@ void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
 }
 
 /* alignment is a power of two above 16. */
-COLD void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
+void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
     if (unlikely(heap == &g_empty_heap)) {
         if (unlikely(t_heap_exited)) return exit_heap_malloc(alignment, size, NULL);
         heap = heap_for_thread();
