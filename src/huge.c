@@ -221,7 +221,7 @@ static bool guarded_canary_intact(const struct huge_entry *entry) {
 bool huge_free(void *p) {
     size_t size;
     bool retain;
-    int in_arena = arena_free(p, clock_ms(), &size, &retain);
+    int in_arena = arena_free(p, &size, &retain);
     if (in_arena != ARENA_NONE) {
         if (in_arena == ARENA_NO) return false;
         /* over the threshold when taken: its free moves the threshold as a

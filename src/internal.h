@@ -580,11 +580,11 @@ void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain
 /* What the next three say of a pointer: no chunk holds it (ARENA_NONE), a
  * chunk holds it but it is no block there or the call cannot be done
  * (ARENA_NO), or done (ARENA_DONE). arena_free: *size and *retain of the
- * block freed, `now`: clock_ms() read before. arena_resize: to `size` bytes
+ * block freed. arena_resize: to `size` bytes
  * (page multiple) in place, growing into free extents or giving the tail
  * back; ARENA_NO: the caller copies. */
 enum { ARENA_NONE, ARENA_NO, ARENA_DONE };
-int arena_free(void *p, uint32_t now, size_t *size, bool *retain) INTERNAL;
+int arena_free(void *p, size_t *size, bool *retain) INTERNAL;
 int arena_usable_size(const void *p, size_t *usable) INTERNAL;
 int arena_resize(void *p, size_t size) INTERNAL;
 bool arena_recently_freed(const void *p) INTERNAL; /* among its chunk's last 64 freed */
