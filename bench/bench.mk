@@ -13,7 +13,7 @@ BENCH_ARGS   ?=
 
 .PHONY: bench bench-quick bench-insns bench-checks bench-ebizzy bench-gs bench-scaling bench-build
 
-bench-build: $(BENCH_BINS) $(BENCH_DIR)/rss_parts.so
+bench-build: $(BENCH_BINS) $(BENCH_DIR)/rss_parts.so $(BENCH_DIR)/live_bound.so
 
 $(BENCH_DIR)/%: bench/%.c bench/common.h | $(BENCH_DIR)
 	$(CC) $(BENCH_CFLAGS) $< -o $@
@@ -45,3 +45,8 @@ bench-scaling: lib bench-build
 # rss_parts.so: where resident memory sits, by part (a diagnostic; see its header)
 $(BENCH_DIR)/rss_parts.so: bench/rss_parts.c src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)
 	$(CC) $(BENCH_CFLAGS) -fPIC -shared -Iinclude -Isrc bench/rss_parts.c src/size_class.c -o $@ -ldl
+
+# live_bound.so: the program's live bytes against what pools per thread and
+# per class must hold (a diagnostic; see its header)
+$(BENCH_DIR)/live_bound.so: bench/live_bound.c src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)
+	$(CC) $(BENCH_CFLAGS) -fPIC -shared -Iinclude -Isrc bench/live_bound.c src/size_class.c -o $@ -ldl
