@@ -145,8 +145,8 @@ def cmd_checks(args):
         "- Machine: %s" % machine_text([dict(name="tidemalloc")]),
         "- Method: every `make bench` benchmark with `build/libtidemalloc.so` and with "
         "`build/nochecks/libtidemalloc.so` (`make lib-nochecks`: the same sources built with "
-        "`-DTIDEMALLOC_NO_CHECKS`, so no link encoding, link check, pointer validation or "
-        "double-free test), interleaved in ABBA order, %d repetitions; times are medians, a ratio is "
+        "`-DTIDEMALLOC_NO_CHECKS`, so no link encoding, link check, pointer validation, "
+        "double-free test or double-free mark), interleaved in ABBA order, %d repetitions; times are medians, a ratio is "
         "the median over repetitions of with checks / without, the two runs of a repetition being back "
         "to back (1.03 = the checks cost 3%%); the last column is the fastest user+sys of each build "
         "over all repetitions, with checks / without. Run took %.0f s; load average (1 min) %s at the start and "

@@ -22,7 +22,7 @@ static inline __attribute__((always_inline)) struct block *class_pop_inline(stru
     if (unlikely(!block_next_get(b, &next, true))) return NULL;
     page->free = next;
     page->used++;
-    b->free_key = 0;
+    block_free_mark_clear(b);
     return b;
 }
 

@@ -67,6 +67,7 @@ void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_
 }
 
 void checked_before_free(struct page *page, struct block *b) {
+    if (!CHECKS_ON) b->free_key = free_key_of(page); /* checked_before_reuse reads it */
     unsigned char *p = (unsigned char *)b;
     size_t usable = page->block_size;
     size_t size = usable;

@@ -38,7 +38,7 @@ COLD void report_invalid_pointer(const void *p, const char *message) {
  * free never loads it. */
 static inline void free_local(struct segment *segment, struct page *page, struct block *b) {
     block_link_set(b, page->free);
-    b->free_key = free_key_of(page);
+    block_free_mark(b, page);
     page->free = b;
     /* a block with user data is on the list now; relaxed: as calloc reads it */
     __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
@@ -88,7 +88,7 @@ thread_free_push_list(struct page *page, struct block *first, struct block *last
 /* Pushes b on its page's thread_free list. */
 static inline __attribute__((always_inline)) void thread_free_push(struct page *page,
                                                                    struct block *b) {
-    b->free_key = free_key_of(page);
+    block_free_mark(b, page);
     thread_free_push_list(page, b, b, 1);
 }
 
@@ -129,7 +129,7 @@ static NOINLINE void remote_batch_push(struct heap *heap, struct remote_batch *b
  * this inlined there). */
 static NOINLINE void remote_batch_add(struct heap *heap, struct page *page, struct block *b) {
     struct remote_batch *batch = remote_batch_slot(heap, page);
-    b->free_key = free_key_of(page);
+    block_free_mark(b, page);
     /* relaxed: as in remote_batch_push */
     uintptr_t word = atomic_load_explicit(&batch->page_and_count, memory_order_relaxed);
     if ((word & ~(uintptr_t)63) == (uintptr_t)page) {

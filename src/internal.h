@@ -377,13 +377,26 @@ void page_collect_if_empties(struct page *page) INTERNAL;
 NORETURN void report_corrupt_free_list(void) INTERNAL;
 
 /* TIDEMALLOC_NO_CHECKS builds the library without the default checks (link
- * encoding, link and pointer validation, double-free key): only to measure
- * what they cost (docs/security.md). CHECKS_ON is 0 there, 1 otherwise. */
+ * encoding, link and pointer validation, the double-free key: its test and
+ * its stores): only to measure what they cost (docs/security.md). CHECKS_ON
+ * is 0 there, 1 otherwise. */
 #ifdef TIDEMALLOC_NO_CHECKS
 #define CHECKS_ON 0
 #else
 #define CHECKS_ON 1
 #endif
+
+/* The double-free mark: free_key_of(page) in a free block's second word,
+ * cleared when the block is handed out. It is one of the default checks,
+ * so a build without them writes none on the fast paths (secure mode sets
+ * it on its own path, check.c): what `make bench-checks` measures then
+ * includes the mark's two stores, one in free and one in malloc. */
+static inline void block_free_mark(struct block *b, const struct page *page) {
+    if (CHECKS_ON) b->free_key = free_key_of(page);
+}
+static inline void block_free_mark_clear(struct block *b) {
+    if (CHECKS_ON) b->free_key = 0;
+}
 
 /* Free-list links are stored as next ^ b ^ LINK_KEY, b being the block that
  * holds the link (glibc's safe-linking idea: forging a link takes the slot's

@@ -106,8 +106,8 @@ elif ! out=$(make -s --no-print-directory build/bench/pair lib-nochecks 2>&1); t
 else
   n=200000
   for variant in "default $PWD/$so 100 65" "default $PWD/$so 0 71" \
-    "nochecks $PWD/build/nochecks/libtidemalloc.so 100 56" \
-    "nochecks $PWD/build/nochecks/libtidemalloc.so 0 62"; do
+    "nochecks $PWD/build/nochecks/libtidemalloc.so 100 54" \
+    "nochecks $PWD/build/nochecks/libtidemalloc.so 0 60"; do
     read -r build lib live golden <<<"$variant"
     i1=$(pair_insns "$lib" $n "$live")
     i2=$(pair_insns "$lib" $((2 * n)) "$live")
