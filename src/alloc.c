@@ -14,19 +14,32 @@ _Atomic size_t g_small_limit = SMALL_MAX;
 
 /* A block of class cls from the thread's current page of it, or NULL (an
  * empty list, or a corrupt link, which the slow path reports). With the
- * checks, an empty list is the sentinel, whose link fails the check. */
-static inline __attribute__((always_inline)) struct block *class_pop_inline(struct heap *heap,
-                                                                            size_t cls) {
+ * checks, an empty list is the sentinel, whose link fails the check.
+ * calloc passes holds_zeros: whether the block reads as zero but for its
+ * link and mark words. It does if its page was fresh from the kernel
+ * (is_zero) and the block was never freed since: with the checks, a freed
+ * block carries the double-free mark until it is handed out again, so free
+ * needs no store of its own for calloc; without them, free clears is_zero. */
+static inline __attribute__((always_inline)) struct block *
+class_pop_inline(struct heap *heap, size_t cls, bool *holds_zeros) {
     struct page *page = heap->pages_direct[cls];
     struct block *b = page->free, *next;
     if (unlikely(!block_next_get(b, &next, true))) return NULL;
+    if (holds_zeros) {
+        bool freed = CHECKS_ON && b->free_key == free_key_of(page);
+        /* relaxed: after an exit-heap malloc (under its lock) another
+         * exiting thread may clear the flag meanwhile; it only goes from 1
+         * to 0 while blocks are out, so either value is right for this one */
+        *holds_zeros = !freed && __atomic_load_n(&page->is_zero, __ATOMIC_RELAXED);
+    }
     page->free = next;
     page->used++;
     block_free_mark_clear(b);
     return b;
 }
 
-static inline void *malloc_inline(size_t size) {
+/* holds_zeros: as class_pop_inline's (false from the slow paths) */
+static inline __attribute__((always_inline)) void *malloc_inline(size_t size, bool *holds_zeros) {
     struct heap *heap = t_heap;
     size_t cls; /* size_t: no zero-extension after the table load */
     /* relaxed, both: tunables; a stale value only routes one call another
@@ -38,14 +51,18 @@ static inline void *malloc_inline(size_t size) {
     else if (likely(size <= atomic_load_explicit(&g_small_limit, memory_order_relaxed)))
         cls = size_class_of(size);
     else
-        return heap_malloc_slow(heap, size);
-    struct block *b = class_pop_inline(heap, cls);
+        goto slow;
+    struct block *b = class_pop_inline(heap, cls, holds_zeros);
     if (likely(b != NULL)) return b;
+    if (holds_zeros) *holds_zeros = false;
     return heap_malloc_refill(heap, cls, size);
+slow:
+    if (holds_zeros) *holds_zeros = false;
+    return heap_malloc_slow(heap, size);
 }
 
 API void *TM_NAME(malloc)(size_t size) {
-    return malloc_inline(size);
+    return malloc_inline(size, NULL);
 }
 
 API void *TM_NAME(calloc)(size_t count, size_t size) {
@@ -55,16 +72,10 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
         return NULL;
     }
     if (total <= atomic_load_explicit(&g_small_limit, memory_order_relaxed)) {
-        void *p = malloc_inline(total);
+        bool holds_zeros;
+        void *p = malloc_inline(total, &holds_zeros);
         if (p == NULL) return NULL;
-        /* A page on memory fresh from the kernel, none of whose blocks was
-         * ever freed, holds zeros but for the free-list link we wrote. */
-        const struct page *page = page_of(segment_of(p), p);
-        /* relaxed: after an exit-heap malloc (under its lock) another
-         * exiting thread may clear the flag meanwhile; it only goes from 1
-         * to 0 while blocks are out, so either value is right for this one */
-        bool fresh = __atomic_load_n(&page->is_zero, __ATOMIC_RELAXED);
-        memset(p, 0, fresh && total > sizeof(struct block) ? sizeof(struct block) : total);
+        memset(p, 0, holds_zeros && total > sizeof(struct block) ? sizeof(struct block) : total);
         return p;
     }
     bool is_zero = false;
@@ -76,7 +87,7 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
 /* glibc's memalign: alignments up to 16 are plain malloc, others round up
  * to a power of two; an absurd alignment is EINVAL. */
 static void *memalign_internal(size_t alignment, size_t size) {
-    if (alignment <= ALIGNMENT) return malloc_inline(size);
+    if (alignment <= ALIGNMENT) return malloc_inline(size, NULL);
     /* Small blocks with a small power-of-two alignment (C++'s aligned new,
      * Rust's allocator past 16): the first class up from the size whose
      * block size is a multiple of the alignment gives aligned blocks, as in
@@ -90,7 +101,7 @@ static void *memalign_internal(size_t alignment, size_t size) {
             atomic_load_explicit(&g_class_of_small[(need + 15) >> 4], memory_order_relaxed);
         if (likely(cls != 0)) {
             /* a class exists: 1024 is a multiple of every alignment here */
-            struct block *b = class_pop_inline(t_heap, class_aligned_from(cls, alignment));
+            struct block *b = class_pop_inline(t_heap, class_aligned_from(cls, alignment), NULL);
             if (likely(b != NULL)) return b;
         }
     }
@@ -154,7 +165,7 @@ static NOINLINE void *realloc_change(void *p, size_t size) {
         if (size > usable ? heap_large_grow(p, size) : heap_large_shrink(p, size)) return p;
     }
     if (realloc_fits(size, usable) && !OPTION(checked)) return p;
-    void *fresh = malloc_inline(size);
+    void *fresh = malloc_inline(size, NULL);
     if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */
     memcpy(fresh, p, size < usable ? size : usable);
     free_internal(p);
@@ -162,7 +173,7 @@ static NOINLINE void *realloc_change(void *p, size_t size) {
 }
 
 API void *TM_NAME(realloc)(void *p, size_t size) {
-    if (p == NULL) return malloc_inline(size);
+    if (p == NULL) return malloc_inline(size, NULL);
     if (size == 0) { /* glibc 2.36: frees and returns NULL */
         free_internal(p);
         return NULL;

@@ -40,8 +40,10 @@ static inline void free_local(struct segment *segment, struct page *page, struct
     block_link_set(b, page->free);
     block_free_mark(b, page);
     page->free = b;
-    /* a block with user data is on the list now; relaxed: as calloc reads it */
-    __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
+    /* Without the checks, a block with user data is on the list now (with
+     * them, its mark tells calloc: class_pop_inline). Relaxed: as calloc
+     * reads it. */
+    if (!CHECKS_ON) __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
     /* the only page of its class stays, in aggressive mode too: a malloc/free
      * loop must not thrash */
     if (unlikely(--page->used == 0) &&
@@ -224,12 +226,13 @@ static NOINLINE void free_outside_segments(void *p) {
 
 static inline __attribute__((always_inline)) void free_inline(void *p) {
     /* NULL takes this branch too: one test fewer for every other pointer */
-    if (unlikely(!segment_map_contains((uintptr_t)p))) {
+    uintptr_t index = (uintptr_t)p >> SEGMENT_SHIFT;
+    if (unlikely(!segment_map_contains_index(index))) {
         free_outside_segments(p);
         return;
     }
-    struct page *page = page_of_block(p, g_free_invalid_pointer);
-    struct segment *segment = segment_of(p);
+    struct segment *segment = segment_at_index(index);
+    struct page *page = page_of_block_in(segment, p, g_free_invalid_pointer);
     struct block *b = p;
     /* relaxed: equal only if this thread owns the segment, and then this
      * thread wrote the value itself; any other value takes the remote path.

@@ -230,8 +230,7 @@ struct segment_map {
 };
 extern struct segment_map g_segment_map INTERNAL;
 /* NULL is never in a segment (byte 0 stays clear). */
-static inline bool segment_map_contains(uintptr_t address) {
-    uintptr_t index = address >> SEGMENT_SHIFT;
+static inline bool segment_map_contains_index(uintptr_t index) {
     /* The bound and then the map's address, in one asm so that the compiler
      * keeps them in that order (x86-64 keeps loads in order, and the map's
      * address is stored before the bound): a bound that covers the index
@@ -254,6 +253,16 @@ static inline bool segment_map_contains(uintptr_t address) {
     bool absent;
     __asm__("cmpb $0, %[entry]" : "=@ccz"(absent) : [entry] "m"(bytes[index]));
     return !absent;
+}
+static inline bool segment_map_contains(uintptr_t address) {
+    return segment_map_contains_index(address >> SEGMENT_SHIFT);
+}
+/* The segment of the map's index: free shifts the index it tested back
+ * instead of masking a second copy of the pointer (the empty asm keeps gcc
+ * from folding the two shifts into that mask). */
+static inline struct segment *segment_at_index(uintptr_t index) {
+    __asm__("" : "+r"(index));
+    return (struct segment *)(index << SEGMENT_SHIFT);
 }
 static inline struct segment *segment_of(const void *p) {
     return (struct segment *)((uintptr_t)p & ~(uintptr_t)SEGMENT_MASK);
@@ -637,13 +646,17 @@ NORETURN void report_invalid_pointer(const void *p, const char *message) INTERNA
 extern const char g_free_invalid_pointer[] INTERNAL; /* "free(): invalid pointer" */
 /* The page of a pointer into our segments, after checking it is the start of
  * a block of an in-use page (block_offset_valid says why one test is enough). */
-static inline struct page *page_of_block(const void *p, const char *message) {
+static inline struct page *page_of_block_in(struct segment *segment, const void *p,
+                                            const char *message) {
     const struct page *slice =
-        &segment_of(p)->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];
+        &segment->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];
     /* the slice's copies of the test (page_block_test_set): a slice never
      * part of a page reads zero there, and zero accepts nothing */
     if (CHECKS_ON && unlikely(block_start_invalid(p, slice))) report_invalid_pointer(p, message);
     return slice->first;
+}
+static inline struct page *page_of_block(const void *p, const char *message) {
+    return page_of_block_in(segment_of(p), p, message);
 }
 size_t block_usable_size(const void *p, const char *function) INTERNAL;
 void free_internal(void *p) INTERNAL;

@@ -97,10 +97,13 @@ struct page {
                               zero when it was taken; calloc of a large block clears the rest */
     uint16_t used;         /* owner only: blocks out, minus those collected */
     uint16_t capacity;     /* owner only: blocks carved into lists so far */
-    uint8_t is_zero;       /* small pages: fresh from the kernel and no block freed since,
-                              so blocks read as zero but for their link words (calloc skips
-                              the memset; large pages use clean_slices). Relaxed atomic
-                              accesses: exiting threads share the exit heap's pages. */
+    uint8_t is_zero;       /* small pages: fresh from the kernel, so a block never freed
+                              since reads as zero but for its link and mark words (calloc
+                              skips the memset; large pages use clean_slices). With the
+                              checks a freed block carries its double-free mark until it
+                              is handed out again, which calloc tests; without them free
+                              clears this. Relaxed atomic accesses: exiting threads share
+                              the exit heap's pages. */
     uint8_t in_full;       /* owner only: on its class's full list (heap.c), not in the queue */
     char owner_padding[26];
     /* Line 2: other threads push here. A list head in the low 48 bits and the

@@ -2,6 +2,7 @@
  * just freed, for small, large and huge sizes, and for every shape of
  * (count, size). calloc(0, n) and calloc(n, 0) give unique freeable blocks. */
 #include <malloc.h>
+#include <pthread.h>
 
 #include "common.h"
 
@@ -10,7 +11,52 @@ static void check_zero(const unsigned char *p, size_t n, size_t sz, int round) {
         CHECKF(p[i] == 0, "calloc(%zu) round %d: byte %zu is 0x%02x", sz, round, i, p[i]);
 }
 
+/* A new thread's heap takes a new segment, so its pages come fresh from
+ * the kernel and calloc skips clearing a block that was never freed: the
+ * page's flag says the memory was fresh, and the block's double-free mark
+ * (or, without the checks, the flag cleared by free) says it held data.
+ * Half the blocks are freed by the thread itself, half by another. */
+enum { FRESH = 64 };
+static unsigned char *fresh_blocks[FRESH];
+
+static void *free_odd_blocks(void *arg) {
+    (void)arg;
+    for (int i = 1; i < FRESH; i += 2)
+        free(fresh_blocks[i]);
+    return NULL;
+}
+
+static void *calloc_on_fresh_pages(void *arg) {
+    (void)arg;
+    static const size_t sizes[] = {24, 200, 1700, 6000};
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+        for (int i = 0; i < FRESH; i++) {
+            fresh_blocks[i] = malloc(n);
+            CHECK(fresh_blocks[i] != NULL);
+            memset(fresh_blocks[i], 0xC3, n);
+        }
+        for (int i = 0; i < FRESH; i += 2)
+            free(fresh_blocks[i]);
+        pthread_t other;
+        CHECK(pthread_create(&other, NULL, free_odd_blocks, NULL) == 0);
+        pthread_join(other, NULL);
+        for (int i = 0; i < FRESH; i++) {
+            fresh_blocks[i] = calloc(1, n);
+            CHECK(fresh_blocks[i] != NULL);
+            check_zero(fresh_blocks[i], n, n, (int)s);
+        }
+        for (int i = 0; i < FRESH; i++)
+            free(fresh_blocks[i]);
+    }
+    return NULL;
+}
+
 int main(void) {
+    pthread_t fresh;
+    CHECK(pthread_create(&fresh, NULL, calloc_on_fresh_pages, NULL) == 0);
+    pthread_join(fresh, NULL);
+
     static const size_t sizes[] = {1,      8,      16,     24,      48,      100,     128,
                                    200,    512,    1000,   1024,    2048,    3000,    4096,
                                    5000,   8192,   16384,  30000,   65536,   100000,  131072,
