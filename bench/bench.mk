@@ -43,10 +43,10 @@ bench-scaling: lib bench-build
 	$(BENCH_PY) bench/run.py scaling $(BENCH_ARGS)
 
 # rss_parts.so: where resident memory sits, by part (a diagnostic; see its header)
-$(BENCH_DIR)/rss_parts.so: bench/rss_parts.c src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)
+$(BENCH_DIR)/rss_parts.so: bench/rss_parts.c bench/next_alloc.h src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)
 	$(CC) $(BENCH_CFLAGS) -fPIC -shared -Iinclude -Isrc bench/rss_parts.c src/size_class.c -o $@ -ldl
 
 # live_bound.so: the program's live bytes against what pools per thread and
 # per class must hold (a diagnostic; see its header)
-$(BENCH_DIR)/live_bound.so: bench/live_bound.c src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)
+$(BENCH_DIR)/live_bound.so: bench/live_bound.c bench/next_alloc.h src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)
 	$(CC) $(BENCH_CFLAGS) -fPIC -shared -Iinclude -Isrc bench/live_bound.c src/size_class.c -o $@ -ldl

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "../src/types.h"
+#include "next_alloc.h"
 
 extern const uint32_t g_class_size[SMALL_CLASS_COUNT];
 
@@ -61,25 +62,6 @@ static _Atomic unsigned slots_high, threads_shared;
 static __thread int thread_index = -1;
 static pthread_key_t exit_key;
 static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
-
-static void *(*next_malloc)(size_t);
-static void *(*next_calloc)(size_t, size_t);
-static void *(*next_realloc)(void *, size_t);
-static void (*next_free)(void *);
-static void *(*next_memalign)(size_t, size_t);
-
-/* dlsym's own calloc, before the next library's is known */
-static char early_heap[8192];
-static size_t early_used;
-
-static void resolve(void) {
-    if (next_malloc) return;
-    next_calloc = dlsym(RTLD_NEXT, "calloc");
-    next_realloc = dlsym(RTLD_NEXT, "realloc");
-    next_free = dlsym(RTLD_NEXT, "free");
-    next_memalign = dlsym(RTLD_NEXT, "memalign");
-    next_malloc = dlsym(RTLD_NEXT, "malloc");
-}
 
 static unsigned class_of(size_t size, uint64_t *charged) {
     if (size <= SMALL_MAX) {
@@ -162,34 +144,28 @@ static struct header *header_of(void *p) {
 }
 
 void *malloc(size_t size) {
-    resolve();
+    next_resolve();
     if (size > SIZE_MAX - HEADER) return NULL;
     return account(next_malloc(size + HEADER), HEADER, size);
 }
 void *calloc(size_t count, size_t size) {
     if (size != 0 && count > (SIZE_MAX - HEADER) / size) return NULL;
     if (next_calloc == NULL) {
-        if (next_malloc == NULL && early_used + count * size + HEADER <= sizeof early_heap) {
-            void *p = early_heap + early_used; /* static storage reads as zero */
-            early_used += (count * size + 15) & ~(size_t)15;
-            return p;
-        }
-        resolve();
+        void *early = early_calloc(count * size);
+        if (early != NULL) return early;
+        next_resolve();
     }
     return account(next_calloc(1, count * size + HEADER), HEADER, count * size);
 }
-static bool is_early(const void *p) {
-    return (const char *)p >= early_heap && (const char *)p < early_heap + sizeof early_heap;
-}
 void free(void *p) {
-    if (p == NULL || is_early(p)) return;
+    if (p == NULL || early_owns(p)) return;
     struct header *h = header_of(p);
     charge(h, -1);
     next_free((char *)p - h->offset);
 }
 void *realloc(void *p, size_t size) {
-    resolve();
-    if (p == NULL || is_early(p)) return malloc(size);
+    next_resolve();
+    if (p == NULL || early_owns(p)) return malloc(size);
     struct header *h = header_of(p);
     if (h->offset != HEADER || size > SIZE_MAX - HEADER) {
         /* an aligned block: a copy keeps its header where free looks */
@@ -210,7 +186,7 @@ void *realloc(void *p, size_t size) {
     return account(start, HEADER, size);
 }
 void *memalign(size_t alignment, size_t size) {
-    resolve();
+    next_resolve();
     if (alignment < HEADER) alignment = HEADER;
     if (size > SIZE_MAX - alignment) return NULL;
     return account(next_memalign(alignment, size + alignment), alignment, size);
@@ -228,7 +204,7 @@ void *valloc(size_t size) {
     return memalign((size_t)sysconf(_SC_PAGESIZE), size);
 }
 size_t malloc_usable_size(void *p) {
-    if (p == NULL || is_early(p)) return 0;
+    if (p == NULL || early_owns(p)) return 0;
     return header_of(p)->charged;
 }
 

@@ -37,19 +37,11 @@
 #include <unistd.h>
 
 #include "../src/types.h"
+#include "next_alloc.h"
 
 #define TRACK_MIN    ((size_t)64 << 10) /* blocks tracked: may be direct-mapped */
 #define TRACK_SLOTS  4096               /* open addressing, power of two */
 #define MAX_SEGMENTS 1024
-
-static void *(*next_malloc)(size_t);
-static void *(*next_calloc)(size_t, size_t);
-static void *(*next_realloc)(void *, size_t);
-static void (*next_free)(void *);
-static void *(*next_memalign)(size_t, size_t);
-static int (*next_posix_memalign)(void **, size_t, size_t);
-static void *(*next_aligned_alloc)(size_t, size_t);
-static size_t (*next_usable_size)(void *);
 
 static void *tracked[TRACK_SLOTS];
 static pthread_mutex_t track_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -92,68 +84,49 @@ static void untrack(void *p) {
     pthread_mutex_unlock(&track_lock);
 }
 
-/* dlsym's own calloc, before the next library's is known */
-static char early_heap[8192];
-static size_t early_used;
-
-static void resolve(void) {
-    if (next_malloc) return;
-    next_calloc = dlsym(RTLD_NEXT, "calloc");
-    next_realloc = dlsym(RTLD_NEXT, "realloc");
-    next_free = dlsym(RTLD_NEXT, "free");
-    next_memalign = dlsym(RTLD_NEXT, "memalign");
-    next_posix_memalign = dlsym(RTLD_NEXT, "posix_memalign");
-    next_aligned_alloc = dlsym(RTLD_NEXT, "aligned_alloc");
-    next_usable_size = dlsym(RTLD_NEXT, "malloc_usable_size");
-    next_malloc = dlsym(RTLD_NEXT, "malloc");
-}
-
 void *malloc(size_t size) {
-    resolve();
+    next_resolve();
     void *p = next_malloc(size);
     track(p);
     return p;
 }
 void *calloc(size_t count, size_t size) {
     if (next_calloc == NULL) {
-        if (next_malloc == NULL && early_used + count * size + 16 <= sizeof early_heap) {
-            void *p = early_heap + early_used; /* static storage reads as zero */
-            early_used += (count * size + 15) & ~(size_t)15;
-            return p;
-        }
-        resolve();
+        void *early = early_calloc(count * size);
+        if (early != NULL) return early;
+        next_resolve();
     }
     void *p = next_calloc(count, size);
     track(p);
     return p;
 }
 void *realloc(void *p, size_t size) {
-    resolve();
+    next_resolve();
     untrack(p);
     void *q = next_realloc(p, size);
     track(q != NULL ? q : size != 0 ? p : NULL);
     return q;
 }
 void free(void *p) {
-    if ((char *)p >= early_heap && (char *)p < early_heap + sizeof early_heap) return;
-    resolve();
+    if (early_owns(p)) return;
+    next_resolve();
     untrack(p);
     next_free(p);
 }
 void *memalign(size_t alignment, size_t size) {
-    resolve();
+    next_resolve();
     void *p = next_memalign(alignment, size);
     track(p);
     return p;
 }
 void *aligned_alloc(size_t alignment, size_t size) {
-    resolve();
+    next_resolve();
     void *p = next_aligned_alloc(alignment, size);
     track(p);
     return p;
 }
 int posix_memalign(void **out, size_t alignment, size_t size) {
-    resolve();
+    next_resolve();
     int err = next_posix_memalign(out, alignment, size);
     if (err == 0) track(*out);
     return err;
@@ -471,7 +444,7 @@ __attribute__((constructor)) static void start(void) {
     const char *setting = getenv("RSS_PARTS");
     if (setting == NULL) return;
     if (atoi(setting) > 1) interval_ms = (unsigned)atoi(setting); /* RSS_PARTS=MS */
-    resolve();
+    next_resolve();
     mem_fd = open("/proc/self/mem", O_RDONLY);
     zero_pfn_find();
     pthread_t thread;
