@@ -113,8 +113,11 @@ static inline __attribute__((always_inline)) void thread_free_push(struct page *
  * page's lists, looks for an open batch of the page
  * (remote_batch_open_for). */
 
+static inline unsigned remote_batch_index(const struct page *page) {
+    return (unsigned)(((uintptr_t)page / sizeof(struct page)) % REMOTE_BATCH_SLOTS);
+}
 static inline struct remote_batch *remote_batch_slot(struct heap *heap, const struct page *page) {
-    return &heap->remote_batches[((uintptr_t)page / sizeof(struct page)) % REMOTE_BATCH_SLOTS];
+    return &heap->remote_batches[remote_batch_index(page)];
 }
 
 static NOINLINE void remote_batch_push(struct heap *heap, struct remote_batch *batch) {
@@ -126,6 +129,20 @@ static NOINLINE void remote_batch_push(struct heap *heap, struct remote_batch *b
                           (uint32_t)(word & 63));
 }
 
+/* A batch of b's page in the slot, after pushing the batch of another page
+ * that held it (word: the slot's page_and_count). Out of line, so that
+ * adding to an open batch, the common case, needs no stack frame. */
+static NOINLINE void remote_batch_start(struct heap *heap, struct page *page, struct block *b,
+                                        uintptr_t word) {
+    unsigned index = remote_batch_index(page);
+    struct remote_batch *batch = &heap->remote_batches[index];
+    if (word != 0) remote_batch_push(heap, batch);
+    heap->remote_batches_open |= (uint64_t)1 << index;
+    batch->first = batch->last = b;
+    /* relaxed: as in remote_batch_push */
+    atomic_store_explicit(&batch->page_and_count, (uintptr_t)page | 1, memory_order_relaxed);
+}
+
 /* Out of line: the unbatched push keeps a frame-less free_remote (prodcons,
  * whose consumer never allocates and so has no heap, ran 25% slower with
  * this inlined there). */
@@ -134,17 +151,14 @@ static NOINLINE void remote_batch_add(struct heap *heap, struct page *page, stru
     block_free_mark(b, page);
     /* relaxed: as in remote_batch_push */
     uintptr_t word = atomic_load_explicit(&batch->page_and_count, memory_order_relaxed);
-    if ((word & ~(uintptr_t)63) == (uintptr_t)page) {
-        block_link_set(b, batch->first);
-        batch->first = b;
-        atomic_store_explicit(&batch->page_and_count, word + 1, memory_order_relaxed);
-        if ((word & 63) + 1 == REMOTE_BATCH_MAX) remote_batch_push(heap, batch);
+    if ((word & ~(uintptr_t)63) != (uintptr_t)page) {
+        remote_batch_start(heap, page, b, word);
         return;
     }
-    if (word != 0) remote_batch_push(heap, batch);
-    heap->remote_batches_open |= (uint64_t)1 << (batch - heap->remote_batches);
-    batch->first = batch->last = b;
-    atomic_store_explicit(&batch->page_and_count, (uintptr_t)page | 1, memory_order_relaxed);
+    block_link_set(b, batch->first);
+    batch->first = b;
+    atomic_store_explicit(&batch->page_and_count, word + 1, memory_order_relaxed);
+    if ((word & 63) + 1 == REMOTE_BATCH_MAX) remote_batch_push(heap, batch);
 }
 
 void remote_batches_flush(struct heap *heap) {
