@@ -727,11 +727,7 @@ bool arena_release(bool everything, uint32_t now) {
             bool clean = went >> k & 1;
             released |= clean;
             spin_lock(&owner[k]->lock);
-            /* a range the list has no room for stays out of use, released */
-            if (!extent_insert(owner[k], (uintptr_t)ranges[k].iov_base, ranges[k].iov_len, !clean,
-                               now) &&
-                !clean)
-                os_release(ranges[k].iov_base, ranges[k].iov_len);
+            range_return(owner[k], (uintptr_t)ranges[k].iov_base, ranges[k].iov_len, !clean, now);
             spin_unlock(&owner[k]->lock);
         }
         if (count < RELEASE_BATCH || went == 0) break;
