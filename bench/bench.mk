@@ -48,5 +48,5 @@ $(BENCH_DIR)/rss_parts.so: bench/rss_parts.c bench/next_alloc.h src/size_class.c
 
 # live_bound.so: the program's live bytes against what pools per thread and
 # per class must hold (a diagnostic; see its header)
-$(BENCH_DIR)/live_bound.so: bench/live_bound.c bench/next_alloc.h src/size_class.c src/types.h src/lock.h | $(BENCH_DIR)
+$(BENCH_DIR)/live_bound.so: bench/live_bound.c bench/next_alloc.h src/size_class.c src/internal.h src/types.h src/lock.h | $(BENCH_DIR)
 	$(CC) $(BENCH_CFLAGS) -fPIC -shared -Iinclude -Isrc bench/live_bound.c src/size_class.c -o $@ -ldl

@@ -32,10 +32,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../src/types.h"
+#include "../src/internal.h"
 #include "next_alloc.h"
-
-extern const uint32_t g_class_size[SMALL_CLASS_COUNT];
 
 #define THREADS_MAX 64
 #define CLASSES     (SMALL_CLASS_COUNT + 1) /* the last: blocks over SMALL_MAX */
@@ -65,16 +63,10 @@ static pthread_once_t exit_key_once = PTHREAD_ONCE_INIT;
 
 static unsigned class_of(size_t size, uint64_t *charged) {
     if (size <= SMALL_MAX) {
-        unsigned lo = 1, hi = SMALL_CLASS_COUNT - 1; /* class 0 stays empty */
-        while (lo < hi) {
-            unsigned mid = (lo + hi) / 2;
-            if (g_class_size[mid] < size)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        *charged = g_class_size[lo];
-        return lo;
+        unsigned cls = size_class_of(size);
+        if (cls == 0) cls = 1; /* class 0 stays empty: malloc(0) takes class 1 */
+        *charged = g_class_size[cls];
+        return cls;
     }
     long page = sysconf(_SC_PAGESIZE);
     *charged = (size + (size_t)page - 1) & ~((size_t)page - 1);
