@@ -10,8 +10,9 @@
 
 /* The end of g_empty_page's list (list_is_end): its link word stays zero. */
 struct block g_list_end;
-/* never has a free block: the fast path falls through */
-struct page g_empty_page = {.free = CHECKS_ON ? &g_list_end : NULL};
+/* never has a free block: the fast path falls through; a queue of itself
+ * alone (the refill's look at the next page finds the head) */
+struct page g_empty_page = {.free = CHECKS_ON ? &g_list_end : NULL, .next = &g_empty_page};
 struct heap g_empty_heap = {
     .pages_direct = {[0 ... SMALL_CLASS_COUNT - 1] = &g_empty_page},
     .id = UINT64_MAX, /* no segment is ever owned by it */
@@ -526,20 +527,31 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
     return heap_new_class_page(heap, cls);
 }
 
+/* The first block of a page that has one. may_be_secure: false where secure
+ * mode cannot be on (it routes every allocation to checked_malloc). */
+static inline __attribute__((always_inline)) void *class_page_pop(struct page *page,
+                                                                  bool may_be_secure) {
+    struct block *b = page->free;
+    struct block *next = block_next_checked(b);
+    if (may_be_secure && unlikely(g_options.secure)) checked_before_reuse(page, b);
+    page->free = next;
+    page->used++;
+    b->free_key = 0;
+    return b;
+}
+
+/* NULL with errno ENOMEM if no page can be had */
 static void *heap_malloc_class(struct heap *heap, unsigned cls) {
     if (cls == 0) cls = 1; /* class 0 stays empty: malloc(0) always comes here */
     struct page *page = heap->pages_direct[cls];
     if (page_list_empty(page)) {
         page = heap_find_page(heap, cls);
-        if (page == NULL) return NULL;
+        if (page == NULL) {
+            errno = ENOMEM;
+            return NULL;
+        }
     }
-    struct block *b = page->free;
-    struct block *next = block_next_checked(b);
-    if (unlikely(g_options.secure)) checked_before_reuse(page, b);
-    page->free = next;
-    page->used++;
-    b->free_key = 0;
-    return b;
+    return class_page_pop(page, true);
 }
 
 void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
@@ -685,9 +697,20 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
 void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
     if (unlikely(cls == 0 || heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
     heap_slow_path_note(heap);
-    void *p = heap_malloc_class(heap, (unsigned)cls);
-    if (unlikely(p == NULL)) errno = ENOMEM;
-    return p;
+    /* What heap_find_page's search finds at its second step, most of the
+     * time (larson: 84% of the searches), found without its frame: the head
+     * is dry (not a corrupt link, which the search's pop reports) and holds
+     * no block that other threads freed, and the next page of the queue has
+     * blocks. The queue turns to it. */
+    struct page *head = heap->pages_direct[cls], *page = head->next;
+    /* relaxed: as page_collect_remote's peek */
+    uintptr_t word = atomic_load_explicit(&head->thread_free, memory_order_relaxed);
+    if (likely(page != head && segment_page_list_empty(head) && thread_free_count(word) == 0 &&
+               word != THREAD_FREE_RECLAIMED && !segment_page_list_empty(page))) {
+        heap->pages_direct[cls] = page;
+        return class_page_pop(page, false);
+    }
+    return heap_malloc_class(heap, (unsigned)cls);
 }
 
 /* alignment is a power of two above 16. */

@@ -445,6 +445,11 @@ static inline bool list_is_end(const struct block *b) {
 static inline bool page_list_empty(const struct page *page) {
     return list_is_end(page->free);
 }
+/* The same for a page in a segment (not g_empty_page): one test. */
+static inline bool segment_page_list_empty(const struct page *page) {
+    if (!CHECKS_ON) return page->free == NULL;
+    return ((uintptr_t)page->free & SEGMENT_MASK) == offsetof(struct segment, list_end);
+}
 
 static inline struct block *block_link_decode(const struct block *b) { /* unchecked */
     if (!CHECKS_ON) return (struct block *)b->next_encoded;
