@@ -217,10 +217,15 @@ static bool over_retain_bound(uint32_t now, uint64_t *target) {
  * back at once: seed 000's mixed case frees 58 MB and allocates it again
  * within about a millisecond, 8 times; with no age the bound cost it 89
  * release syscalls more, with 2 ms 17 more, with 5 ms none (mstress: peak
- * RSS 17.7, 17.4 and 19 MiB). The interval keeps a program that frees and
- * allocates past the bound over and over from paying a syscall per free. */
+ * RSS 17.7, 17.4 and 19 MiB), when that was chosen. With the batched
+ * releases and the idle-owner passes since, 2 ms costs that case 2 release
+ * calls more than 5 ms (25 against 23, tests/suite-release.sh), and takes
+ * mstress's peak RSS from 17.5 to 15.9 MiB for 8% more faults and 1-3%
+ * more time (interleaved medians of 15-21); no other benchmark of the
+ * suite moved. The interval keeps a program that frees and allocates past
+ * the bound over and over from paying a syscall per free. */
 #define PRESSURE_INTERVAL_MS   4
-#define PRESSURE_MIN_AGE_MS    5
+#define PRESSURE_MIN_AGE_MS    2
 #define PRESSURE_MAX_AGE_MS    100
 #define PRESSURE_SHARE_SPAN_MS 20 /* longest span the CPU share is taken over */
 static _Atomic uint32_t last_pressure_pass_ms;
