@@ -7,7 +7,9 @@
  *                     (what stays: one empty page per size class that the
  *                     heap keeps, not counted as retained)
  *                     (the default purge delay is 1 s; we report when it fell)
- *   rel_idle retain   run with TIDEMALLOC_BACKGROUND_PURGE=0: RSS must still
+ *   rel_idle retain   run with TIDEMALLOC_BACKGROUND_PURGE=0 (and the retain
+ *                     bound off, TIDEMALLOC_RETAIN_PERCENT=0, which could
+ *                     release part of it during the frees): RSS must still
  *                     hold most of the freed memory after 3 s, which shows
  *                     the switch works (and that "release" is the helper's). */
 #include <time.h>

@@ -11,8 +11,8 @@
  *                             retained is above 4 MiB and at most 128 KiB +
  *                             a third of the peak; 150 ms after, the peak has
  *                             aged out: retained falls to at most 128 KiB +
- *                             4 MiB, RSS by at least 40 MiB, in few release
- *                             syscalls;
+ *                             4 MiB, RSS by at least 40 MiB from the peak, in
+ *                             few release syscalls;
  *   rel_retain_bound off      mallopt(M_RETAIN_PERCENT, 0) first: the control,
  *                             retained stays above 40 MiB (the delay holds it).
  * Also: mallopt(M_RETAIN_PERCENT, v) refuses v < 0 and v > 10000. The suite
@@ -102,8 +102,10 @@ int main(int argc, char **argv) {
                       rel_mib(recent.bytes_retained), since_frees * 1000);
         REL_CHECK(after.bytes_retained <= ((uint64_t)128 << 10) + ((uint64_t)4 << 20),
                   "retained %.2f MiB, above 128 KiB + 4 MiB", rel_mib(after.bytes_retained));
-        REL_CHECK(rss_after + ((size_t)40 << 20) <= rss_freed, "RSS fell only %.2f MiB",
-                  rel_dmib(rss_freed, rss_after));
+        /* from the peak: slices free for the bound's 2 ms may go back while
+         * the frees still run (after_free read 40.3 MiB of 65.7 once) */
+        REL_CHECK(rss_after + ((size_t)40 << 20) <= rss_peak, "RSS fell only %.2f MiB",
+                  rel_dmib(rss_peak, rss_after));
         REL_CHECK(release_calls <= 64, "%llu release syscalls", (unsigned long long)release_calls);
     }
     for (size_t i = 0; i < NBLOCKS / 8; i++)
