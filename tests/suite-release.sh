@@ -144,7 +144,7 @@ run idle-release TIDEMALLOC_UNUSED=1 -- rel_idle release
 run idle-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 -- rel_idle retain
 # Blocks other threads freed into a sleeping (or exited) thread's pages. The
 # retain bound is off where the idle path is tested: on a loaded machine the
-# frees took over its 5 ms age and it released the pages during them (seen
+# frees took over its age (5 ms then, 2 ms now) and it released the pages during them (seen
 # once in make test: "RSS fell during the frees already"); the bound has its
 # own test below.
 run remote-freed-idle-owner TIDEMALLOC_RETAIN_PERCENT=0 -- rel_remote_reclaim idle

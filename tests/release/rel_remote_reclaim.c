@@ -254,8 +254,8 @@ int main(int argc, char **argv) {
             rss <= rss0 + SLACK_IDLE,
             "RSS still %+.2f MiB above the start after a slow-path free over the retain bound",
             rel_dmib(rss, rss0));
-        /* A run whose frees took longer than the bound's 5 ms (a slow phase
-         * of the host: about 1 run in 15 here) has its first pages aged
+        /* A run whose frees took longer than the bound's age (2 ms; a slow phase
+         * of the host: about 1 run in 15 here at 5 ms) has its first pages aged
          * before the last is freed, and the bound gives them back during
          * the frees: the same property, met sooner (the release syscalls
          * say it was the bound, not the 1 s delay). No release at all is a
