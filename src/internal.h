@@ -438,17 +438,22 @@ static inline struct block *list_end_of(const void *p) {
     if (!CHECKS_ON) return NULL;
     return &segment_of(p)->list_end;
 }
+/* The end of a list of a page in a segment: its segment's sentinel (no
+ * block lies in a segment's header). */
+static inline bool list_is_segment_end(const struct block *b) {
+    if (!CHECKS_ON) return b == NULL;
+    return ((uintptr_t)b & SEGMENT_MASK) == offsetof(struct segment, list_end);
+}
 static inline bool list_is_end(const struct block *b) {
     if (!CHECKS_ON) return b == NULL;
-    return ((uintptr_t)b & SEGMENT_MASK) == offsetof(struct segment, list_end) || b == &g_list_end;
+    return list_is_segment_end(b) || b == &g_list_end;
 }
 static inline bool page_list_empty(const struct page *page) {
     return list_is_end(page->free);
 }
 /* The same for a page in a segment (not g_empty_page): one test. */
 static inline bool segment_page_list_empty(const struct page *page) {
-    if (!CHECKS_ON) return page->free == NULL;
-    return ((uintptr_t)page->free & SEGMENT_MASK) == offsetof(struct segment, list_end);
+    return list_is_segment_end(page->free);
 }
 
 static inline struct block *block_link_decode(const struct block *b) { /* unchecked */
