@@ -61,7 +61,7 @@ slow:
     return heap_malloc_slow(heap, size);
 }
 
-API void *TM_NAME(malloc)(size_t size) {
+API LINE_ALIGNED void *TM_NAME(malloc)(size_t size) {
     return malloc_inline(size, NULL);
 }
 

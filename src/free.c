@@ -146,7 +146,8 @@ static NOINLINE void remote_batch_start(struct heap *heap, struct page *page, st
 /* Out of line: the unbatched push keeps a frame-less free_remote (prodcons,
  * whose consumer never allocates and so has no heap, ran 25% slower with
  * this inlined there). */
-static NOINLINE void remote_batch_add(struct heap *heap, struct page *page, struct block *b) {
+static NOINLINE LINE_ALIGNED void remote_batch_add(struct heap *heap, struct page *page,
+                                                   struct block *b) {
     struct remote_batch *batch = remote_batch_slot(heap, page);
     block_free_mark(b, page);
     /* relaxed: as in remote_batch_push */
@@ -209,7 +210,7 @@ static NOINLINE void free_remote_with_options(struct page *page, struct block *b
 
 /* Another thread's block (an owner walks its own lists on a key match; this
  * thread cannot walk another's). */
-static NOINLINE void free_remote(struct page *page, struct block *b) {
+static NOINLINE LINE_ALIGNED void free_remote(struct page *page, struct block *b) {
     if (unlikely(OPTION(free_slow))) {
         free_remote_with_options(page, b);
         return;
@@ -280,7 +281,7 @@ COLD void realloc_freed_check(void *p) {
     heap_freed_block_check(page_of(segment, p), p, "realloc(): invalid pointer");
 }
 
-API void TM_NAME(free)(void *p) {
+API LINE_ALIGNED void TM_NAME(free)(void *p) {
     free_inline(p);
 }
 API void TM_NAME(cfree)(void *p) {
