@@ -99,9 +99,9 @@ static inline __attribute__((always_inline)) void thread_free_push(struct page *
  * per remote free made each wait for the cache misses before it (larson, 2
  * threads: 93% of the remote free's time, 20% of the run). A small block
  * freed by a thread with a heap joins instead that heap's batch for its
- * page (one slot per page: remote_batch_index), and a batch goes in one CAS when it
- * holds REMOTE_BATCH_MAX blocks, when another page takes its slot, and from
- * remote_batches_flush: before this thread takes a segment, on its purge
+ * page (in a slot the page chooses: remote_batch_index), and a batch goes in
+ * one CAS when it holds REMOTE_BATCH_MAX blocks, when another page takes its
+ * slot, and from remote_batches_flush: before this thread takes a segment, on its purge
  * checks (purge_after_free: a page it emptied, a list it filled; once a
  * clock tick), in the slow path's periodic collect, in malloc_trim and at
  * thread exit.

@@ -25,7 +25,7 @@
 /* Run once a thread or a segment, or rarer: optimised for size, as the files
  * of the Makefile's COLD_SRCS are (the library's code is resident whole). */
 #define COLD __attribute__((cold))
-/* Entry points that run once a block start a cache line: malloc's fast
+/* Entry points that run for every block start a cache line: malloc's fast
  * path is 92 bytes, and where it began 48 bytes into a line it spanned three
  * lines instead of two (churn 1-3% slower, forty-third session); free, the
  * remote free and the refill are aligned so that the layout of the rest
