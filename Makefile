@@ -16,8 +16,8 @@ WARN    := -Wall -Wextra -Werror
 # session). The order of the code is unchanged.
 # -falign-jumps=1: no padding before jump targets (768 bytes of the code,
 # which every program maps whole, for no measured speed: forty-second
-# session); the fast paths' entry points are line-aligned instead
-# (LINE_ALIGNED, internal.h).
+# session); malloc and free are line-aligned instead (LINE_ALIGNED,
+# internal.h).
 CFLAGS_LIB := -std=c11 -O2 -g $(WARN) -fPIC -fvisibility=hidden -ftls-model=initial-exec \
               -fno-builtin -fno-stack-protector -fno-plt -fno-tree-slp-vectorize -fdata-sections \
               -falign-jumps=1 \

@@ -101,10 +101,10 @@ static inline __attribute__((always_inline)) void thread_free_push(struct page *
  * freed by a thread with a heap joins instead that heap's batch for its
  * page (in a slot the page chooses: remote_batch_index), and a batch goes in
  * one CAS when it holds REMOTE_BATCH_MAX blocks, when another page takes its
- * slot, and from remote_batches_flush: before this thread takes a segment, on its purge
- * checks (purge_after_free: a page it emptied, a list it filled; once a
- * clock tick), in the slow path's periodic collect, in malloc_trim and at
- * thread exit.
+ * slot, and from remote_batches_flush: before this thread takes a segment,
+ * on its purge checks (purge_after_free: a page it emptied, a list it
+ * filled; once a clock tick), in the slow path's periodic collect, in
+ * malloc_trim and at thread exit.
  * Batched blocks are not yet their owner's to reuse: per thread at most
  * REMOTE_BATCH_SLOTS batches of REMOTE_BATCH_MAX - 1 blocks of at most
  * REMOTE_BATCH_BLOCK_MAX bytes, held until its next flush. A batched block
@@ -152,8 +152,7 @@ static NOINLINE void remote_batch_start(struct heap *heap, struct page *page, st
 /* Out of line: the unbatched push keeps a frame-less free_remote (prodcons,
  * whose consumer never allocates and so has no heap, ran 25% slower with
  * this inlined there). */
-static NOINLINE LINE_ALIGNED void remote_batch_add(struct heap *heap, struct page *page,
-                                                   struct block *b) {
+static NOINLINE void remote_batch_add(struct heap *heap, struct page *page, struct block *b) {
     struct remote_batch *batch = remote_batch_slot(heap, page);
     block_free_mark(b, page);
     /* relaxed: as in remote_batch_push */
@@ -216,7 +215,7 @@ static NOINLINE void free_remote_with_options(struct page *page, struct block *b
 
 /* Another thread's block (an owner walks its own lists on a key match; this
  * thread cannot walk another's). */
-static NOINLINE LINE_ALIGNED void free_remote(struct page *page, struct block *b) {
+static NOINLINE void free_remote(struct page *page, struct block *b) {
     if (unlikely(OPTION(free_slow))) {
         free_remote_with_options(page, b);
         return;

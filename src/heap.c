@@ -694,7 +694,7 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
  * instructions of dispatch a slow path before, 44 now). A class read stale
  * while mallopt changes the table routes one call another way, as the fast
  * path's own pop of it does. */
-LINE_ALIGNED void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
+void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
     if (unlikely(cls == 0 || heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
     heap_slow_path_note(heap);
     /* What heap_find_page's search finds at its second step, most of the

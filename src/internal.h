@@ -25,11 +25,10 @@
 /* Run once a thread or a segment, or rarer: optimised for size, as the files
  * of the Makefile's COLD_SRCS are (the library's code is resident whole). */
 #define COLD __attribute__((cold))
-/* Entry points that run for every block start a cache line: malloc's fast
- * path is 92 bytes, and where it began 48 bytes into a line it spanned three
- * lines instead of two (churn 1-3% slower, forty-third session); free, the
- * remote free and the refill are aligned so that the layout of the rest
- * cannot move them (larson, mstress and prodcons measured even). */
+/* malloc and free start a cache line: malloc's fast path is 92 bytes, and
+ * where it began 48 bytes into a line it spanned three lines instead of two
+ * (churn 1-3% slower, forty-third session); free was aligned by chance. The
+ * remote free and the refill, aligned too, measured even: left as laid out. */
 #define LINE_ALIGNED __attribute__((aligned(64)))
 
 /* Public names. A sanitizer test build defines TIDEMALLOC_PREFIX to get

@@ -197,8 +197,8 @@ struct heap {
     uint16_t arena_home;  /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in
-     * batches"): a slot the page chooses (remote_batch_index); a slot holds one page's
-     * blocks. Owner only but for page_and_count; empty after
+     * batches"): a slot the page chooses (remote_batch_index); a slot holds
+     * one page's blocks. Owner only but for page_and_count; empty after
      * remote_batches_flush. */
     uint64_t remote_batches_open; /* owner only: bit i set iff remote_batches[i] is not empty */
     /* owner only: clock_ms() of purge_after_free's last flush */
