@@ -86,7 +86,7 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
 
 /* glibc's memalign: alignments up to 16 are plain malloc, others round up
  * to a power of two; an absurd alignment is EINVAL. */
-static void *memalign_internal(size_t alignment, size_t size) {
+RARE static void *memalign_internal(size_t alignment, size_t size) {
     if (alignment <= ALIGNMENT) return malloc_inline(size, NULL);
     /* Small blocks with a small power-of-two alignment (C++'s aligned new,
      * Rust's allocator past 16): the first class up from the size whose
@@ -117,14 +117,14 @@ static void *memalign_internal(size_t alignment, size_t size) {
     return heap_malloc_aligned(t_heap, alignment, size);
 }
 
-API void *TM_NAME(memalign)(size_t alignment, size_t size) {
+RARE API void *TM_NAME(memalign)(size_t alignment, size_t size) {
     return memalign_internal(alignment, size);
 }
-API void *TM_NAME(aligned_alloc)(size_t alignment, size_t size) {
+RARE API void *TM_NAME(aligned_alloc)(size_t alignment, size_t size) {
     return memalign_internal(alignment, size);
 }
 
-API int TM_NAME(posix_memalign)(void **result, size_t alignment, size_t size) {
+RARE API int TM_NAME(posix_memalign)(void **result, size_t alignment, size_t size) {
     if (alignment % sizeof(void *) != 0 || (alignment & (alignment - 1)) != 0 || alignment == 0)
         return EINVAL;
     void *p = memalign_internal(alignment, size);
@@ -133,11 +133,11 @@ API int TM_NAME(posix_memalign)(void **result, size_t alignment, size_t size) {
     return 0;
 }
 
-API void *TM_NAME(valloc)(size_t size) {
+RARE API void *TM_NAME(valloc)(size_t size) {
     return memalign_internal(OS_PAGE_SIZE, size);
 }
 
-API void *TM_NAME(pvalloc)(size_t size) {
+RARE API void *TM_NAME(pvalloc)(size_t size) {
     if (size > SIZE_MAX - OS_PAGE_SIZE) {
         errno = ENOMEM;
         return NULL;

@@ -567,7 +567,7 @@ int arena_usable_size(const void *p, size_t *usable) {
     return found ? ARENA_DONE : ARENA_NO;
 }
 
-bool arena_recently_freed(const void *p) {
+RARE bool arena_recently_freed(const void *p) {
     struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
     bool found = false;
     if (c == NULL) return false;
@@ -630,7 +630,7 @@ void arena_disown(struct heap *heap, bool lock) {
  * address space holds it instead, taken from any chunk, its pages released
  * so that it reads as zero as a fresh mapping does. Not counted as the
  * arena's: the segment counts itself. */
-void *arena_lend(size_t size, size_t alignment) {
+RARE void *arena_lend(size_t size, size_t alignment) {
     uintptr_t lent = 0, dirty_end;
     unsigned index;
     spin_lock(&g_huge_lock);
@@ -647,7 +647,7 @@ void *arena_lend(size_t size, size_t alignment) {
     return (void *)lent;
 }
 
-void arena_lent_back(uintptr_t start, size_t size) {
+RARE void arena_lent_back(uintptr_t start, size_t size) {
     struct arena_chunk *c = chunk_lock_holding(start);
     if (c == NULL) fatal_error("free(): arena block outside the arena");
     range_return(c, start, size, true, clock_ms());

@@ -22,7 +22,7 @@ static void secure_write_trailer(unsigned char *p, size_t usable, size_t size) {
     memcpy(p + usable - 4, &stored, 4);
 }
 
-void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) {
+RARE void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) {
     size_t need = size;
     if (g_options.secure && __builtin_add_overflow(size, SECURE_TRAILER, &need)) return NULL;
     if (alignment > need) need = alignment;
@@ -66,7 +66,7 @@ void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_
     return p;
 }
 
-void checked_before_free(struct page *page, struct block *b) {
+RARE void checked_before_free(struct page *page, struct block *b) {
     if (!CHECKS_ON) b->free_key = free_key_of(page); /* checked_before_reuse reads it */
     unsigned char *p = (unsigned char *)b;
     size_t usable = page->block_size;
@@ -85,14 +85,14 @@ void checked_before_free(struct page *page, struct block *b) {
         memset(p, OPTION(perturb), size);
 }
 
-void checked_before_reuse(struct page *page, struct block *b) {
+RARE void checked_before_reuse(struct page *page, struct block *b) {
     if (b->free_key != free_key_of(page)) return; /* freshly carved, never freed */
     const unsigned char *p = (const unsigned char *)b;
     for (size_t i = LINK_WORDS; i < page->block_size; i++)
         if (p[i] != FREE_FILL) fatal_error("malloc(): write after free detected");
 }
 
-size_t checked_usable_size(const struct page *page, const void *p) {
+RARE size_t checked_usable_size(const struct page *page, const void *p) {
     if (page->class_index == LARGE_CLASS) return page->block_size;
     uint32_t stored;
     memcpy(&stored, (const unsigned char *)p + page->block_size - 4, 4);
@@ -101,7 +101,7 @@ size_t checked_usable_size(const struct page *page, const void *p) {
 
 /* Aggressive mode (seed 001): the whole OS pages inside a freed block, past
  * its free-list words, go back at once. Only blocks that span such pages. */
-void aggressive_release_block(const struct page *page, struct block *b) {
+RARE void aggressive_release_block(const struct page *page, struct block *b) {
     uintptr_t from =
         ((uintptr_t)b + LINK_WORDS + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
     uintptr_t to = ((uintptr_t)b + page->block_size) & ~(uintptr_t)(OS_PAGE_SIZE - 1);

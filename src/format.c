@@ -7,7 +7,7 @@
 
 #include "internal.h"
 
-void write_string(int fd, const char *s) {
+RARE void write_string(int fd, const char *s) {
     size_t length = text_length(s);
     while (length > 0) {
         ssize_t n = write(fd, s, length);
@@ -18,19 +18,19 @@ void write_string(int fd, const char *s) {
 }
 
 /* One line naming the function and the problem, then abort, as glibc does. */
-void fatal_error(const char *message) {
+RARE void fatal_error(const char *message) {
     write_string(STDERR_FILENO, message);
     write_string(STDERR_FILENO, "\n");
     abort();
 }
 
-void out_flush(struct out_buffer *out) {
+RARE void out_flush(struct out_buffer *out) {
     out->data[out->length] = '\0';
     write_string(out->fd, out->data);
     out->length = 0;
 }
 
-void out_string(struct out_buffer *out, const char *s) {
+RARE void out_string(struct out_buffer *out, const char *s) {
     for (; *s; s++) {
         if (out->length + 1 >= sizeof out->data) out_flush(out);
         out->data[out->length++] = *s;
@@ -38,7 +38,7 @@ void out_string(struct out_buffer *out, const char *s) {
 }
 
 /* Right-aligned in `width` columns (0: no padding), like printf's "%*u". */
-void out_unsigned_padded(struct out_buffer *out, uint64_t value, int width) {
+RARE void out_unsigned_padded(struct out_buffer *out, uint64_t value, int width) {
     char digits[24];
     int n = 0;
     do {
@@ -55,6 +55,6 @@ void out_unsigned_padded(struct out_buffer *out, uint64_t value, int width) {
     out_string(out, text);
 }
 
-void out_unsigned(struct out_buffer *out, uint64_t value) {
+RARE void out_unsigned(struct out_buffer *out, uint64_t value) {
     out_unsigned_padded(out, value, 0);
 }

@@ -28,7 +28,7 @@ static bool freed_block_at(const void *p) {
            __atomic_load_n(&segment->pages[slice].class_index, __ATOMIC_RELAXED) == LARGE_CLASS;
 }
 
-COLD void report_invalid_pointer(const void *p, const char *message) {
+RARE COLD void report_invalid_pointer(const void *p, const char *message) {
     if (message == g_free_invalid_pointer && freed_block_at(p))
         fatal_error("free(): double free detected");
     fatal_error(message);
@@ -177,7 +177,7 @@ void remote_batches_flush(struct heap *heap) {
  * walks the page's lists after this, so a batch pushed meanwhile is on
  * them). A live block holding a copy of a freed block's words (read after
  * free) while another thread batches blocks of its page aborts too. */
-bool remote_batch_open_for(const struct page *page) {
+RARE bool remote_batch_open_for(const struct page *page) {
     bool open = false;
     spin_lock(&g_heaps_lock);
     for (struct heap *heap = g_heaps; heap && !open; heap = heap->next_heap) {
@@ -195,7 +195,7 @@ bool remote_batch_open_for(const struct page *page) {
  * The owner verifies a key match as free_inline does: a live block holding a
  * copy of a freed one's words is no double free (glibc's tst-tcfree3, which
  * aborted in aggressive mode). */
-static NOINLINE void free_remote_with_options(struct page *page, struct block *b) {
+RARE static NOINLINE void free_remote_with_options(struct page *page, struct block *b) {
     struct segment *segment = segment_of(b);
     /* relaxed: as in free_inline */
     bool owner = atomic_load_explicit(&segment->owner_id, memory_order_relaxed) ==
@@ -231,8 +231,8 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
 
 /* The block already carries the free key: verify before freeing it. A
  * separate function keeps the fast path free of register saves. */
-static NOINLINE void free_local_checked(struct segment *segment, struct page *page,
-                                        struct block *b) {
+RARE static NOINLINE void free_local_checked(struct segment *segment, struct page *page,
+                                             struct block *b) {
     heap_freed_block_check(page, b, "free(): double free detected");
     free_local(segment, page, b);
 }
@@ -279,7 +279,7 @@ NOINLINE void free_internal(void *p) {
  * already, which would then be handed out twice, or a live one holding a copy
  * of a freed one's words. The owner walks the page's lists to tell; another
  * thread cannot, and takes the key for proof, as free_remote does. */
-COLD void realloc_freed_check(void *p) {
+RARE COLD void realloc_freed_check(void *p) {
     struct segment *segment = segment_of(p);
     if (segment_owner_thread(segment) != current_thread_id())
         fatal_error("realloc(): invalid pointer");
@@ -289,14 +289,14 @@ COLD void realloc_freed_check(void *p) {
 API LINE_ALIGNED void TM_NAME(free)(void *p) {
     free_inline(p);
 }
-API void TM_NAME(cfree)(void *p) {
+RARE API void TM_NAME(cfree)(void *p) {
     free_internal(p);
 }
-API void TM_NAME(free_sized)(void *p, size_t size) {
+RARE API void TM_NAME(free_sized)(void *p, size_t size) {
     (void)size;
     free_internal(p);
 }
-API void TM_NAME(free_aligned_sized)(void *p, size_t alignment, size_t size) {
+RARE API void TM_NAME(free_aligned_sized)(void *p, size_t alignment, size_t size) {
     (void)alignment;
     (void)size;
     free_internal(p);
@@ -316,7 +316,7 @@ size_t block_usable_size(const void *p, const char *message) {
     return page->block_size;
 }
 
-API size_t TM_NAME(malloc_usable_size)(void *p) {
+RARE API size_t TM_NAME(malloc_usable_size)(void *p) {
     if (p == NULL) return 0;
     return block_usable_size(p, "malloc_usable_size(): invalid pointer");
 }

@@ -241,7 +241,7 @@ static __thread uint8_t t_heap_exited __attribute__((tls_model("initial-exec")))
 #define EXIT_HEAP_ID 16 /* a thread id is its TLS address: never 16 */
 
 /* malloc (alignment 0) or an aligned allocation from the exit heap. */
-static COLD void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) {
+RARE static COLD void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) {
     spin_lock(&g_exit_heap_lock);
     if (exit_heap == NULL) exit_heap = heap_create(EXIT_HEAP_ID, false);
     void *p = exit_heap == NULL ? NULL
@@ -554,7 +554,7 @@ static void *heap_malloc_class(struct heap *heap, unsigned cls) {
     return class_page_pop(page, true);
 }
 
-void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
+RARE void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
     return heap_malloc_class(heap, cls);
 }
 
@@ -714,7 +714,7 @@ void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
 }
 
 /* alignment is a power of two above 16. */
-void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
+RARE void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) {
     if (unlikely(heap == &g_empty_heap)) {
         if (unlikely(t_heap_exited)) return exit_heap_malloc(alignment, size, NULL);
         heap = heap_for_thread();
@@ -786,7 +786,7 @@ void heap_page_empty(struct heap *heap, struct page *page) {
  * realloc: a use after free), or user data that happens to equal the key.
  * Owner only. Collect, then look for the block on the page's free list;
  * `message` is the abort's line. */
-COLD void heap_freed_block_check(struct page *page, struct block *b, const char *message) {
+RARE COLD void heap_freed_block_check(struct page *page, struct block *b, const char *message) {
     /* before the walk: a batch pushed after this look is on the lists */
     if (remote_batch_open_for(page)) fatal_error(message);
     page_collect_remote(page);
@@ -800,7 +800,7 @@ COLD void heap_freed_block_check(struct page *page, struct block *b, const char 
 }
 
 /* malloc_trim: the calling thread's empty pages go back before the purge. */
-void heap_collect_current(void) {
+RARE void heap_collect_current(void) {
     if (t_heap == &g_empty_heap) return;
     heap_collect(t_heap, false);
     page_cache_flush(t_heap, true);

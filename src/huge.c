@@ -250,7 +250,7 @@ bool huge_free(void *p) {
     return true;
 }
 
-bool huge_recently_freed(const void *p) {
+RARE bool huge_recently_freed(const void *p) {
     bool found = arena_recently_freed(p);
     spin_lock(&g_huge_lock);
     for (unsigned i = 0; i < FREED_RECENT; i++)
@@ -337,7 +337,7 @@ void *huge_realloc(void *p, size_t size) {
  * and within up to an alignment's room with memalign). An alignment past a
  * page puts the block at its mapping's start, the room before it and past
  * the guard given back. */
-void *huge_alloc_guarded(size_t size, size_t alignment) {
+RARE void *huge_alloc_guarded(size_t size, size_t alignment) {
     if (alignment < ALIGNMENT) alignment = ALIGNMENT;
     if (size > PTRDIFF_MAX - alignment - 2 * OS_PAGE_SIZE) return NULL;
     /* A block of 0 bytes still gets 16: else an aligned start could land on

@@ -25,6 +25,18 @@
 /* Run once a thread or a segment, or rarer: optimised for size, as the files
  * of the Makefile's COLD_SRCS are (the library's code is resident whole). */
 #define COLD __attribute__((cold))
+/* Code that a program which only mallocs, callocs, reallocs and frees, in
+ * threads and across fork, does not run: the aligned and the rarer entry
+ * points, statistics, mallopt and options from the environment, secure mode,
+ * malloc_trim, error reports, the fallbacks when address space runs out. It
+ * has a load segment of its own (src/rare.ld): the kernel maps a file's pages
+ * up to 64 KiB around each fault, clipped to the mapping, so in the code's
+ * mapping it was resident in every program; apart, it is mapped where a call
+ * lands there. What is marked follows what ran (callgrind over the benchmarks
+ * and programs such as ls, sort, tar, bash, python3, perl, gcc, sqlite3;
+ * docs/benchmark-history.md, forty-fourth session); tests/test_rare_code_apart.c
+ * checks that such a program maps none of it. */
+#define RARE __attribute__((section("tm_rare")))
 /* malloc and free start a cache line: malloc's fast path is 92 bytes, and
  * where it began 48 bytes into a line it spanned three lines instead of two
  * (churn 1-3% slower, forty-third session); free was aligned by chance. The

@@ -84,7 +84,7 @@ void options_note_huge_free(size_t size) {
     spin_unlock(&options_lock);
 }
 
-static int set_option(int param, long value) {
+RARE static int set_option(int param, long value) {
     switch (param) {
     case M_TRIM_THRESHOLD:
         OPTION_SET(trim_threshold, (size_t)value);
@@ -146,7 +146,7 @@ static int set_option(int param, long value) {
     }
 }
 
-API int TM_NAME(mallopt)(int param, int value) {
+RARE API int TM_NAME(mallopt)(int param, int value) {
     allocator_init();
     spin_lock(&options_lock);
     int result = set_option(param, value);
@@ -222,7 +222,7 @@ static const struct tunable tunables[] = {
     {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE, ANY_SIZE},
 };
 
-static void apply(const struct tunable *t, const char *value, size_t length) {
+RARE static void apply(const struct tunable *t, const char *value, size_t length) {
     uint64_t number;
     if (t->param == 0 || !parse_number(value, length, &number)) return;
     if (number < t->min || number > t->max) return;

@@ -106,7 +106,7 @@ uint64_t os_unmapping_generation(void) {
     return atomic_load_explicit(&unmapping_generation, memory_order_relaxed);
 }
 
-bool os_unmapping_wait(uint64_t generation_before) {
+RARE bool os_unmapping_wait(uint64_t generation_before) {
     /* a time bound, not a count: on a loaded machine a thousand yields
      * passed before a trim's munmaps of 100 MiB were done (and a fork child
      * whose parent forked mid-trim sees a count that never drops) */
@@ -117,7 +117,7 @@ bool os_unmapping_wait(uint64_t generation_before) {
     return os_unmapping_generation() != generation_before;
 }
 
-void *os_map_after_trims(void *(*map)(size_t size), size_t size, uint64_t generation_before) {
+RARE void *os_map_after_trims(void *(*map)(size_t size), size_t size, uint64_t generation_before) {
     void *p = NULL;
     for (int retry = 0; p == NULL && retry < 8 && os_unmapping_wait(generation_before); retry++) {
         generation_before = os_unmapping_generation();
@@ -193,7 +193,7 @@ uint64_t os_mapping_limit(void) {
     return smallest;
 }
 
-bool os_protect_none(void *address, size_t size) {
+RARE bool os_protect_none(void *address, size_t size) {
     return raw_syscall6(SYS_mprotect, (long)address, (long)size, PROT_NONE, 0, 0, 0) == 0;
 }
 
@@ -256,7 +256,7 @@ static uint64_t parse_decimal(const char *c) {
 /* The first decimal number after `key` in a small file (/proc, /sys), 0 if
  * there is none: "Hugepagesize:" in /proc/meminfo, "VmHWM:" in
  * /proc/self/status ("" for a file that holds only the number). */
-uint64_t os_read_number_after(const char *path, const char *key) {
+RARE uint64_t os_read_number_after(const char *path, const char *key) {
     char text[4096];
     if (!read_small_file(path, text, sizeof text)) return 0;
     const char *at = text_find(text, key);
@@ -298,7 +298,7 @@ static bool thp_mode_is(const char *mode) {
            text_find(text, mode) != NULL;
 }
 
-void os_huge_pages_configure(uint64_t hugetlb) {
+RARE void os_huge_pages_configure(uint64_t hugetlb) {
     char text[256];
     thp_wanted = hugetlb == 1;
     if (hugetlb == 1) {

@@ -155,6 +155,6 @@ void page_collect_if_empties(struct page *page) {
         page_collect_remote(page);
 }
 
-void report_corrupt_free_list(void) {
+RARE void report_corrupt_free_list(void) {
     fatal_error("malloc(): corrupted free list (heap overflow or write after free)");
 }

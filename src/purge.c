@@ -350,7 +350,7 @@ void purge_after_free(void) {
     if (retained_total() > retain_limit()) purger_wake();
 }
 
-bool purge_everything(size_t pad) {
+RARE bool purge_everything(size_t pad) {
     if (retained_total() <= pad) return false;
     spin_lock(&g_purge_lock);
     bool any = purge_pass(clock_ms(), 0, true, 0);
@@ -366,7 +366,7 @@ void purge_atfork_child(void) {
 
 /* Gives ranges back (one call where the kernel allows); empties the array.
  * Returns the bytes that went. */
-static size_t release_ranges(struct iovec *ranges, unsigned *count) {
+RARE static size_t release_ranges(struct iovec *ranges, unsigned *count) {
     uint64_t went = *count ? os_release_ranges(ranges, *count) : 0;
     size_t released = 0;
     for (unsigned i = 0; i < *count; i++)
@@ -383,7 +383,7 @@ static size_t release_ranges(struct iovec *ranges, unsigned *count) {
  * list back. Descriptors are read without the owner's cooperation: fields of
  * an in-use page are constant, and an exchange on a page that changed hands
  * only yields blocks of its new, equally constant, layout. */
-static size_t release_remote_freed_blocks(void) {
+RARE static size_t release_remote_freed_blocks(void) {
     size_t released = 0;
     /* Secure mode checks each free block's fill when it is reused: a page
      * given back would read zero there (a false "write after free"). */
@@ -433,7 +433,7 @@ static size_t release_remote_freed_blocks(void) {
     return released;
 }
 
-API int TM_NAME(malloc_trim)(size_t pad) {
+RARE API int TM_NAME(malloc_trim)(size_t pad) {
     allocator_init();
     extern void heap_collect_current(void) INTERNAL;
     heap_collect_current();

@@ -90,7 +90,7 @@ void retained_bytes_note(uint64_t bytes, bool add) {
         atomic_fetch_sub_explicit(&g_retained_bytes, bytes, memory_order_relaxed);
 }
 
-static void *map_segment(size_t size) {
+RARE static void *map_segment(size_t size) {
     (void)size; /* always SEGMENT_SIZE */
     return os_map_segment();
 }

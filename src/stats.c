@@ -13,7 +13,7 @@
 
 #define LOAD(x) atomic_load_explicit(&(x), memory_order_relaxed) /* statistics only */
 
-API void tidemalloc_stats(struct tidemalloc_stats *out) {
+RARE API void tidemalloc_stats(struct tidemalloc_stats *out) {
     memset(out, 0, sizeof *out);
     out->mmap_calls = LOAD(g_os.mmap_calls);
     out->munmap_calls = LOAD(g_os.munmap_calls);
@@ -30,7 +30,7 @@ API void tidemalloc_stats(struct tidemalloc_stats *out) {
     out->heaps = LOAD(g_heap_count);
 }
 
-API uint64_t tidemalloc_release_syscalls(void) {
+RARE API uint64_t tidemalloc_release_syscalls(void) {
     return LOAD(g_os.munmap_calls) + LOAD(g_os.madvise_calls);
 }
 
@@ -59,7 +59,7 @@ static uint64_t usage_releasable_slices(struct segment *s) {
 /* Blocks handed out and not freed. Those other threads freed wait on
  * thread_free until the owner collects them (a full page's until its list is
  * rescued): free, not in use. A reclaimed page is all free. */
-__attribute__((no_sanitize("thread"))) static uint64_t page_blocks_in_use(struct page *p) {
+RARE __attribute__((no_sanitize("thread"))) static uint64_t page_blocks_in_use(struct page *p) {
     uint64_t used = SNAPSHOT(p->used);
     /* relaxed: a statistics snapshot, like the fields beside it */
     uintptr_t remote = atomic_load_explicit(&p->thread_free, memory_order_relaxed);
@@ -91,7 +91,7 @@ __attribute__((no_sanitize("thread"))) static void usage_of_segment(struct segme
     u->releasable += (uint64_t)bit_count(releasable) * SLICE_SIZE;
 }
 
-static void usage_total(struct usage *u, uint64_t owner, bool all) {
+RARE static void usage_total(struct usage *u, uint64_t owner, bool all) {
     memset(u, 0, sizeof *u);
     spin_lock(&g_registry_lock);
     for (struct segment *s = g_registry; s; s = s->all_next)
@@ -99,7 +99,7 @@ static void usage_total(struct usage *u, uint64_t owner, bool all) {
     spin_unlock(&g_registry_lock);
 }
 
-API struct mallinfo2 TM_NAME(mallinfo2)(void) {
+RARE API struct mallinfo2 TM_NAME(mallinfo2)(void) {
     struct mallinfo2 m;
     memset(&m, 0, sizeof m);
     struct usage u;
@@ -117,7 +117,7 @@ API struct mallinfo2 TM_NAME(mallinfo2)(void) {
     return m;
 }
 
-API struct mallinfo TM_NAME(mallinfo)(void) {
+RARE API struct mallinfo TM_NAME(mallinfo)(void) {
     struct mallinfo2 m2 = TM_NAME(mallinfo2)();
     struct mallinfo m;
     m.arena = (int)m2.arena;
@@ -141,14 +141,14 @@ API struct mallinfo __libc_mallinfo(void) __attribute__((alias("mallinfo")));
 #pragma GCC diagnostic pop
 #endif
 
-static void out_padded(struct out_buffer *out, const char *label, uint64_t value) {
+RARE static void out_padded(struct out_buffer *out, const char *label, uint64_t value) {
     out_string(out, label);
     out_unsigned_padded(out, value, 10);
     out_string(out, "\n");
 }
 
 /* Heap ids in a stack array, so the heaps lock is not held while summing. */
-static unsigned heap_ids(uint64_t *ids, unsigned max) {
+RARE static unsigned heap_ids(uint64_t *ids, unsigned max) {
     unsigned n = 0;
     spin_lock(&g_heaps_lock);
     for (struct heap *h = g_heaps; h && n < max; h = h->next_heap)
@@ -157,7 +157,7 @@ static unsigned heap_ids(uint64_t *ids, unsigned max) {
     return n;
 }
 
-API void TM_NAME(malloc_stats)(void) {
+RARE API void TM_NAME(malloc_stats)(void) {
     int old_state;
     pthread_setcancelstate(PTHREAD_CANCEL_DISABLE, &old_state);
     int saved = errno;
@@ -190,13 +190,13 @@ API void TM_NAME(malloc_stats)(void) {
     pthread_setcancelstate(old_state, NULL);
 }
 
-static void xml_line(FILE *fp, const char *format, uint64_t a, uint64_t b) {
+RARE static void xml_line(FILE *fp, const char *format, uint64_t a, uint64_t b) {
     char line[256];
     int n = snprintf(line, sizeof line, format, (unsigned long long)a, (unsigned long long)b);
     if (n > 0) fwrite(line, 1, (size_t)n, fp);
 }
 
-API int TM_NAME(malloc_info)(int options, FILE *fp) {
+RARE API int TM_NAME(malloc_info)(int options, FILE *fp) {
     if (options != 0) return EINVAL;
     uint64_t ids[256];
     unsigned n = heap_ids(ids, 256);
@@ -255,7 +255,7 @@ __attribute__((no_sanitize("thread"))) static void live_blocks_by_class(struct s
 }
 
 /* TIDEMALLOC_STATS=1: a summary on stderr at exit, written without malloc. */
-void stats_print_at_exit(void) {
+RARE void stats_print_at_exit(void) {
     extern int g_stats_fd INTERNAL;
     struct out_buffer out = {.fd = g_stats_fd, .length = 0};
     struct tidemalloc_stats s;
