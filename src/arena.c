@@ -90,8 +90,8 @@ struct arena_chunk {
 #define ARENA_CHUNKS_MAX 256
 #define RELEASE_BATCH    32 /* extents released per round of system calls */
 
-static struct chunk_range ranges_of[ARENA_CHUNKS_MAX]; /* written under the huge lock */
-static struct arena_chunk chunks[ARENA_CHUNKS_MAX];
+LARGE_BSS static struct chunk_range ranges_of[ARENA_CHUNKS_MAX]; /* written under the huge lock */
+LARGE_BSS static struct arena_chunk chunks[ARENA_CHUNKS_MAX];
 static _Atomic unsigned chunk_slots_used; /* slots below it may be in use; huge lock */
 _Atomic uint64_t g_arena_dirty_bytes;     /* bytes of dirty extents */
 _Atomic uint64_t g_arena_used_bytes;      /* bytes in blocks handed out */

@@ -32,7 +32,7 @@ struct spin_lock g_huge_lock = SPIN_LOCK_INIT;
  * 32 KiB table mapped after the block's own was refused, so the block went
  * back and malloc returned NULL), and one with few huge blocks maps none. */
 #define TABLE_INITIAL 64
-static struct huge_entry initial_table[TABLE_INITIAL];
+LARGE_BSS static struct huge_entry initial_table[TABLE_INITIAL];
 static struct huge_entry *table = initial_table; /* huge lock */
 static size_t table_capacity = TABLE_INITIAL;    /* huge lock; power of two */
 static size_t table_used;                        /* huge lock; live + deleted entries */
@@ -41,7 +41,7 @@ static size_t table_used;                        /* huge lock; live + deleted en
  * no trace of a block once freed, and a second free of one should say that
  * it is a double free rather than a pointer never returned. */
 #define FREED_RECENT 64
-static uintptr_t freed_recent[FREED_RECENT];
+LARGE_BSS static uintptr_t freed_recent[FREED_RECENT];
 static unsigned freed_recent_next;
 
 /* direct mappings only (glibc's mmapped chunks): the arena counts its own */

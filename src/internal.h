@@ -37,6 +37,12 @@
  * docs/benchmark-history.md, forty-fourth session); tests/test_rare_code_apart.c
  * checks that such a program maps none of it. */
 #define RARE __attribute__((section("tm_rare")))
+/* Zero-initialised arrays that only the arena and huge blocks use: in
+ * x86-64's large-data section, which the linker places after .bss, so that
+ * the small variables every program writes share the page where .data ends
+ * (which the loader's zeroing of .bss's start has written anyway) instead of
+ * a page past these arrays. */
+#define LARGE_BSS __attribute__((section(".lbss")))
 /* malloc and free start a cache line: malloc's fast path is 92 bytes, and
  * where it began 48 bytes into a line it spanned three lines instead of two
  * (churn 1-3% slower, forty-third session); free was aligned by chance. The

@@ -369,19 +369,24 @@ static void advise_pages(void *address, size_t size, int advice) {
  * that large loses 9 bits of address randomization, and every library mapped
  * below it keeps a fixed offset to it (libc's address was fixed modulo 2 MiB
  * in every process that loaded us). */
-#define MAP_PAGES (SEGMENT_MAP_ENTRIES / OS_PAGE_SIZE)
-static _Atomic uint8_t map_page_writable[MAP_PAGES]; /* 1: made writable */
+/* 1 + the map page made writable last, or 0. A page missed here is made
+ * writable again (mprotect of a writable page changes nothing), which is one
+ * system call per new segment at worst: the segments of a process lie close
+ * together, and one map page covers 16 GiB of them. (A flag per map page,
+ * 8 KiB of .bss, put the small variables on a page of their own.) */
+static _Atomic uintptr_t map_page_writable_last;
 
 bool os_segment_map_writable(uintptr_t index) {
     /* written before any segment is made (allocator_init) */
     if (index >= g_segment_map.entries) return false; /* no map: no segment either */
-    size_t page = index / OS_PAGE_SIZE;
-    /* acquire: pairs with the release below, so the mprotect is complete */
-    if (atomic_load_explicit(&map_page_writable[page], memory_order_acquire)) return true;
+    uintptr_t page = index / OS_PAGE_SIZE;
+    /* acquire: pairs with the release below, so that mprotect is complete */
+    if (atomic_load_explicit(&map_page_writable_last, memory_order_acquire) == page + 1)
+        return true;
     long r = raw_syscall6(SYS_mprotect, (long)(g_segment_map.bytes + page * OS_PAGE_SIZE),
                           OS_PAGE_SIZE, PROT_READ | PROT_WRITE, 0, 0, 0);
     if (r != 0) return false; /* the commit limit, or the mapping count: no segment */
-    atomic_store_explicit(&map_page_writable[page], 1, memory_order_release);
+    atomic_store_explicit(&map_page_writable_last, page + 1, memory_order_release);
     return true;
 }
 
