@@ -37,10 +37,8 @@ static int code_mappings_rss(unsigned long *rss_kib, int max) {
         if (end) *end = 0;
         /* a mapping's first line: "start-end perms offset dev inode path" */
         char perms[8];
-        if (sscanf(line, "%*x-%*x %7s", perms) == 1 && strchr(line, '/') != NULL)
-            inside = strstr(line, "libtidemalloc") != NULL && strcmp(perms, "r-xp") == 0;
-        else if (sscanf(line, "%*x-%*x %7s", perms) == 1)
-            inside = 0;
+        if (sscanf(line, "%*x-%*x %7s", perms) == 1)
+            inside = strcmp(perms, "r-xp") == 0 && strstr(line, "libtidemalloc") != NULL;
         unsigned long kib;
         if (inside && sscanf(line, "Rss: %lu kB", &kib) == 1) {
             if (count < max) rss_kib[count] = kib;
