@@ -320,11 +320,59 @@ static uint32_t heap_collect(struct heap *heap, bool exiting) {
     return visited;
 }
 
+/* Thread exit, before any page or segment can change hands: the class pages
+ * give back the memory past their carved blocks that earlier pages on their
+ * slices touched (page_stale_tail), in one call, if it comes to a slice
+ * or more. Threads that come and go with a varying mix of sizes set up each
+ * class's pages on the slices the class used before, and without this every
+ * slice stayed at the most any of them carved: `threadchurn 2 2500`, peak
+ * RSS (means of 40 runs) 3625 -> 3500 KiB. Giving back any amount, 3440, but
+ * 25% more time (a call and its TLB flush at each exit, and the faults of
+ * the next thread that carves further). */
+#define EXIT_TRIM_RANGES 64
+static COLD void heap_exit_trim(struct heap *heap) {
+    struct iovec ranges[EXIT_TRIM_RANGES];
+    struct page *pages[EXIT_TRIM_RANGES];
+    unsigned count = 0;
+    size_t total = 0;
+    for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
+        struct page *lists[2] = {heap->pages_direct[cls], heap->pages_full[cls]};
+        for (int l = 0; l < 2; l++) {
+            if (lists[l] == NULL || lists[l] == &g_empty_page) continue;
+            struct page *page = lists[l];
+            do {
+                if (count < EXIT_TRIM_RANGES && page_stale_tail(page, &ranges[count])) {
+                    total += ranges[count].iov_len;
+                    pages[count++] = page;
+                }
+                page = page->next;
+            } while (page != lists[l]);
+        }
+    }
+    /* cached pages (empty): under the lock, as a purger may release one */
+    spin_lock(&heap->cache_lock);
+    for (unsigned i = 0; i < heap->page_cache_count && count < EXIT_TRIM_RANGES; i++) {
+        struct page *page = heap->page_cache[i].page;
+        if (!heap->page_cache[i].clean && page_stale_tail(page, &ranges[count])) {
+            total += ranges[count].iov_len;
+            pages[count++] = page;
+        }
+    }
+    spin_unlock(&heap->cache_lock);
+    if (total < SLICE_SIZE) return;
+    uint64_t done = os_release_ranges(ranges, count);
+    for (unsigned i = 0; i < count; i++)
+        if (done >> i & 1)
+            pages[i]->touched_end =
+                (uint32_t)((uintptr_t)ranges[i].iov_base - page_slices_begin(pages[i]));
+}
+
 static COLD void heap_thread_exit(void *arg) {
     struct heap *heap = arg;
     int saved = errno;
     t_heap = &g_empty_heap;
     t_heap_exited = 1; /* later allocations: the exit heap */
+    heap_exit_trim(heap);
     heap_collect(heap, true);
     page_cache_flush(heap, true);
     /* Empty segments go back to the cache first, while the lists are whole:

@@ -303,6 +303,13 @@ static inline uintptr_t page_slices_begin(const struct page *page) {
 static inline uintptr_t page_start(const struct page *page) {
     return page->start;
 }
+/* Where the OS page after the first `blocks` blocks of a page begins,
+ * counted from its first slice's start. */
+static inline uint32_t page_carved_end(const struct page *page, uint32_t blocks) {
+    uintptr_t end = page_start(page) + (uintptr_t)blocks * page->block_size;
+    return (uint32_t)(((end - page_slices_begin(page)) + OS_PAGE_SIZE - 1) &
+                      ~(uintptr_t)(OS_PAGE_SIZE - 1));
+}
 
 /* The block test of free and malloc_usable_size: p - page_start(page) is a
  * block's offset iff offset * inverse < inverse, with, for a class page,
@@ -411,6 +418,7 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) INTER
 void page_block_test_set(struct page *page, uint64_t inverse) INTERNAL;
 bool page_extend(struct page *page) INTERNAL;             /* carve more blocks; false if full */
 uint32_t page_collect_remote(struct page *page) INTERNAL; /* returns blocks collected */
+bool page_stale_tail(const struct page *page, struct iovec *range) INTERNAL;
 void page_collect_if_empties(struct page *page) INTERNAL;
 NORETURN void report_corrupt_free_list(void) INTERNAL;
 

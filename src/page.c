@@ -75,6 +75,18 @@ bool page_extend(struct page *page) {
     return true;
 }
 
+/* The stale tail of a one-slice class page: the memory past its carved
+ * blocks that earlier pages on the slice touched (touched_end), in *range;
+ * false if none. Owner only: heap_exit_trim gives it back. */
+bool page_stale_tail(const struct page *page, struct iovec *range) {
+    if (page->slice_count != 1 || page->class_index == LARGE_CLASS) return false;
+    uint32_t carved = page_carved_end(page, page->capacity);
+    if (page->touched_end <= carved) return false;
+    range->iov_base = (void *)(page_slices_begin(page) + carved);
+    range->iov_len = page->touched_end - carved;
+    return true;
+}
+
 /* The last block of a list of `count` (links checked on the way). */
 static struct block *list_tail(struct block *list, uint32_t count) {
     struct block *tail = list;

@@ -415,6 +415,7 @@ static struct page *segment_take_run(struct heap *heap, struct segment *segment,
     for (unsigned i = 0; i < count; i++)
         page[i].first = page;
     page->slice_count = (uint8_t)count;
+    if (was_dirty == 0) page->touched_end = 0;
     __atomic_store_n(&page->is_zero, was_dirty == 0, __ATOMIC_RELAXED); /* as calloc reads it */
     page->clean_slices = (run_mask((unsigned)first, count) & ~was_dirty) >> first;
     segment->used_pages++;
@@ -537,16 +538,19 @@ bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
 
 /* Slices [first, first + count) go back to their segment's free set: no
  * pointer into them is a block any more, and they join the retained memory
- * (unless `clean`: they read as zero). The caller updates the page, and the
- * owner's segment lists if there is an owner. */
+ * (unless `clean`: they read as zero). `first_touched`: how much of the
+ * first slice may be resident (touched_end; the others: all of it). The
+ * caller updates the page, and the owner's segment lists if there is an
+ * owner. */
 static void segment_slices_free(struct segment *segment, unsigned first, unsigned count, bool clean,
-                                uint32_t now) {
+                                uint32_t first_touched, uint32_t now) {
     uint64_t mask = run_mask(first, count);
     for (unsigned i = first; i < first + count; i++) {
         struct page *slice = &segment->pages[i];
         slice->first = slice;
         slice->area_size = 0;
         slice->block_size_inverse = 0; /* free() accepts no pointer into it */
+        slice->touched_end = i == first ? first_touched : SLICE_SIZE;
         segment->slice_freed_ms[i] = now;
     }
     spin_lock(&segment->lock);
@@ -585,9 +589,16 @@ static struct segment *segment_page_slices_free(struct page *page, bool clean, u
     struct segment *segment = segment_of(page);
     unsigned first = (unsigned)(page - segment->pages), count = page->slice_count;
     clean |= page->capacity == 0;
+    /* a one-slice class page touched memory up to its last carved block,
+     * and earlier pages on the slice up to touched_end */
+    uint32_t touched = SLICE_SIZE;
+    if (count == 1 && page->class_index != LARGE_CLASS) {
+        uint32_t carved = page_carved_end(page, page->capacity);
+        touched = carved > page->touched_end ? carved : page->touched_end;
+    }
     page->slice_count = 0;
     page->block_size = 0;
-    segment_slices_free(segment, first, count, clean, now);
+    segment_slices_free(segment, first, count, clean, touched, now);
     segment->used_pages--;
     return segment;
 }
@@ -607,7 +618,7 @@ void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) 
     unsigned first = (unsigned)(page - segment->pages), old = page->slice_count;
     page->slice_count = (uint8_t)slices;
     uint32_t now = clock_ms();
-    segment_slices_free(segment, first + slices, old - slices, false, now);
+    segment_slices_free(segment, first + slices, old - slices, false, SLICE_SIZE, now);
     segment_lists_slices_returned(heap, segment);
     if (OPTION(aggressive_madvise)) segment_purge_now(segment, now);
 }

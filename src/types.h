@@ -85,7 +85,13 @@ struct page {
     uint8_t class_index;         /* size class, or LARGE_CLASS */
     uint8_t slice_count;         /* slices in this page (first slice only) */
     uint64_t thread_free_full;   /* reserved << THREAD_FREE_COUNT_SHIFT: a list of every block */
-    char constant_padding[16];
+    /* A one-slice class page's first slice, and a free slice: bytes from the
+     * slice's start that may be resident (SLICE_SIZE: unknown), so that a
+     * thread's exit gives back what earlier pages on the slice touched past
+     * its own (heap_exit_trim). Written by the owner when the page is set up
+     * on a clean slice (0), trimmed or freed; read for no other page. */
+    uint32_t touched_end;
+    char constant_padding[12];
     /* Line 1: the owner's, written by its every malloc and free. Remote
      * frees never touch it (with it on line 0, larson and mstress paid a
      * cache-line transfer per remote free and per owner write after it). */

@@ -117,6 +117,13 @@ run trim-cross-thread-frees TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_trim cross
 # (the retain bound off: it would have released the exited heaps' memory already)
 run trim-threads-exited TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 -- rel_trim exited
 
+# A thread's exit gives back what earlier threads touched past its pages'
+# carved blocks, from a slice's worth up (nothing else may release: no idle
+# purger, no retain bound, a trim threshold out of reach).
+cfg_exit=(TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 MALLOC_TRIM_THRESHOLD_=1073741824)
+run exit-trim-gives-back "${cfg_exit[@]}" -- rel_exit_trim many
+run exit-trim-under-a-slice-keeps "${cfg_exit[@]}" -- rel_exit_trim one
+
 # d. Aggressive mode, no malloc_trim, no idle purger.
 run aggressive-env MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive env
 run aggressive-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_aggressive mallopt
