@@ -333,41 +333,43 @@ static uint32_t heap_collect(struct heap *heap, bool exiting) {
  * the page before each page reached too halved those faults but gave back
  * only a third as much in threadchurn. */
 #define EXIT_TRIM_RANGES 64
+struct exit_trim {
+    struct iovec ranges[EXIT_TRIM_RANGES]; /* the stale tails found */
+    struct page *pages[EXIT_TRIM_RANGES];  /* the page of each */
+    unsigned count;                        /* tails found */
+    size_t total;                          /* their bytes */
+};
+
+static void exit_trim_add(struct page *page, void *arg) {
+    struct exit_trim *trim = arg;
+    if (trim->count < EXIT_TRIM_RANGES && page_stale_tail(page, &trim->ranges[trim->count])) {
+        trim->total += trim->ranges[trim->count].iov_len;
+        trim->pages[trim->count++] = page;
+    }
+}
+
 static COLD void heap_exit_trim(struct heap *heap) {
-    struct iovec ranges[EXIT_TRIM_RANGES];
-    struct page *pages[EXIT_TRIM_RANGES];
-    unsigned count = 0;
-    size_t total = 0;
+    struct exit_trim trim;
+    trim.count = 0;
+    trim.total = 0;
     for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
         struct page *lists[2] = {heap->pages_direct[cls], heap->pages_full[cls]};
         for (int l = 0; l < 2; l++) {
             if (lists[l] == NULL || lists[l] == &g_empty_page) continue;
             struct page *page = lists[l];
             do {
-                if (count < EXIT_TRIM_RANGES && page_stale_tail(page, &ranges[count])) {
-                    total += ranges[count].iov_len;
-                    pages[count++] = page;
-                }
+                exit_trim_add(page, &trim);
                 page = page->next;
             } while (page != lists[l]);
         }
     }
-    /* cached pages (empty): under the lock, as a purger may release one */
-    spin_lock(&heap->cache_lock);
-    for (unsigned i = 0; i < heap->page_cache_count && count < EXIT_TRIM_RANGES; i++) {
-        struct page *page = heap->page_cache[i].page;
-        if (!heap->page_cache[i].clean && page_stale_tail(page, &ranges[count])) {
-            total += ranges[count].iov_len;
-            pages[count++] = page;
-        }
-    }
-    spin_unlock(&heap->cache_lock);
-    if (total < SLICE_SIZE) return;
-    uint64_t done = os_release_ranges(ranges, count);
-    for (unsigned i = 0; i < count; i++)
+    page_cache_each_resident(heap, exit_trim_add, &trim);
+    if (trim.total < SLICE_SIZE) return;
+    uint64_t done = os_release_ranges(trim.ranges, trim.count);
+    for (unsigned i = 0; i < trim.count; i++)
         if (done >> i & 1)
-            pages[i]->touched_end =
-                (uint32_t)((uintptr_t)ranges[i].iov_base - page_slices_begin(pages[i]));
+            trim.pages[i]->touched_end =
+                (uint32_t)((uintptr_t)trim.ranges[i].iov_base - page_slices_begin(trim.pages[i]));
 }
 
 static COLD void heap_thread_exit(void *arg) {

@@ -610,6 +610,8 @@ struct page *page_cache_take(struct heap *heap, unsigned cls, unsigned slices,
                              bool *reusable) INTERNAL;
 void page_cache_flush(struct heap *heap, bool everything) INTERNAL; /* or those past the delay */
 void page_cache_give_back_frozen(struct heap *heap) INTERNAL;       /* fork child */
+void page_cache_each_resident(struct heap *heap, void (*visit)(struct page *page, void *arg),
+                              void *arg) INTERNAL; /* cached pages not released */
 size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) INTERNAL;
 void heap_page_empty(struct heap *heap, struct page *page) INTERNAL;

@@ -101,6 +101,16 @@ void page_cache_give_back_frozen(struct heap *heap) {
     heap->page_cache_count = 0;
 }
 
+/* Owner: calls visit for each cached page whose memory no purger released,
+ * under the cache lock (a purger may release one meanwhile otherwise). */
+void page_cache_each_resident(struct heap *heap, void (*visit)(struct page *page, void *arg),
+                              void *arg) {
+    spin_lock(&heap->cache_lock);
+    for (unsigned i = 0; i < heap->page_cache_count; i++)
+        if (!heap->page_cache[i].clean) visit(heap->page_cache[i].page, arg);
+    spin_unlock(&heap->cache_lock);
+}
+
 /* Purger or malloc_trim, any thread, heaps lock held: release the memory of
  * cached pages free for min_age_ms; they stay cached, clean. */
 size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) {
