@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <string.h>
+#include <sys/syscall.h>
 
 #include "internal.h"
 
@@ -32,7 +33,7 @@ __attribute__((constructor)) static void library_constructor(void) {
     /* Programs such as ls close stderr in an atexit handler, before our
      * destructor runs: keep a private copy for the exit summary. */
     if (g_options.print_stats) {
-        int fd = fcntl(2, F_DUPFD_CLOEXEC, 100);
+        int fd = (int)raw_syscall6(SYS_fcntl, 2, F_DUPFD_CLOEXEC, 100, 0, 0, 0);
         if (fd >= 0) g_stats_fd = fd;
     }
 }

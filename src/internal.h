@@ -152,6 +152,8 @@ struct out_buffer {
 };
 void out_string(struct out_buffer *out, const char *s) INTERNAL;
 void out_unsigned(struct out_buffer *out, uint64_t value) INTERNAL;
+/* value in decimal at `text` (room for 20 digits), no terminator; returns its length */
+size_t format_unsigned(char *text, uint64_t value) INTERNAL;
 void out_unsigned_padded(struct out_buffer *out, uint64_t value, int width) INTERNAL;
 void out_flush(struct out_buffer *out) INTERNAL;
 
@@ -164,6 +166,10 @@ struct os_counters {
     _Atomic uint64_t advice_calls;
 };
 extern struct os_counters g_os INTERNAL;
+/* The kernel's call without libc's wrapper: no errno, no cancellation point,
+ * and one import fewer for the dynamic linker to bind. -errno on failure. */
+long raw_syscall6(long number, long a, long b, long c, long d, long e, long f) INTERNAL;
+void os_yield(void) INTERNAL;       /* sched_yield(2) */
 void *os_map(size_t size) INTERNAL; /* our own memory, MAP_NORESERVE; NULL on failure */
 void os_unmap(void *address, size_t size) INTERNAL;
 /* Around a trim that takes mappings off a cache and unmaps them: while one

@@ -1,14 +1,14 @@
 /* The spin lock's wait (lock.h): test and test-and-set with `pause`, then
  * sched_yield once the holder has kept it for 64 tries, so that a holder
  * that lost its CPU gets it back. */
-#include "lock.h"
+#include "internal.h"
 
 void spin_lock_contended(struct spin_lock *lock) {
     for (unsigned spins = 0;; spins++) {
         /* relaxed: only a hint to retry; the exchange synchronizes. */
         while (atomic_load_explicit(&lock->held, memory_order_relaxed)) {
             if (++spins > 64)
-                sched_yield();
+                os_yield();
             else
                 __builtin_ia32_pause();
         }

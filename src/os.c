@@ -33,6 +33,10 @@ long raw_syscall6(long number, long a, long b, long c, long d, long e, long f) {
     return result; /* -errno on failure */
 }
 
+void os_yield(void) {
+    raw_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+}
+
 /* Our own memory (segments, metadata) is mapped MAP_NORESERVE: a segment is
  * charged to the commit only for what it uses (vm.overcommit_memory=2 ignores
  * the flag and charges it whole). */
@@ -113,7 +117,7 @@ RARE bool os_unmapping_wait(uint64_t generation_before) {
     uint32_t start = clock_ms();
     while (atomic_load_explicit(&unmapping_trims, memory_order_relaxed) &&
            (uint32_t)(clock_ms() - start) < 200)
-        raw_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0);
+        os_yield();
     return os_unmapping_generation() != generation_before;
 }
 

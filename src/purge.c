@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -78,7 +79,6 @@ static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything, uint6
  * make glibc treat the process as multithreaded, so a single-threaded
  * program keeps fork() async-signal-safe (glibc's tst-mallocfork2). */
 uintptr_t g_purger_stack_low;
-extern long raw_syscall6(long, long, long, long, long, long, long) INTERNAL;
 
 static void purger_sleep_ms(uint32_t ms) {
     struct timespec t = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -124,8 +124,10 @@ static void purger_wake(void) {
         bool ok = false;
         if (stack) {
             g_purger_stack_low = (uintptr_t)stack;
+            /* every signal: glibc's pthread_sigmask keeps its own internal
+             * ones unblocked, as sigfillset would (one import fewer) */
             sigset_t all, old;
-            sigfillset(&all);
+            memset(&all, 0xff, sizeof all);
             pthread_sigmask(SIG_SETMASK, &all, &old); /* the purger takes no signals */
 #ifdef TIDEMALLOC_PREFIX
             /* sanitizer test builds: ThreadSanitizer only understands pthreads */

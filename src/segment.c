@@ -452,7 +452,7 @@ static struct page *owned_take_run(struct heap *heap, unsigned count, unsigned c
         if (!purging) return NULL;
         if (wait_ms ? (uint32_t)(clock_ms() - start) >= wait_ms : wait == PURGE_WAIT_MAX)
             return NULL;
-        sched_yield();
+        os_yield();
     }
 }
 
@@ -503,7 +503,7 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
         page = segment_take_run(heap, s, count, cls);
         for (unsigned wait = 0; page == NULL && wait < PURGE_WAIT_MAX && segment_purging(s);
              wait++) {
-            sched_yield();
+            os_yield();
             page = segment_take_run(heap, s, count, cls);
         }
         if (page) return page;

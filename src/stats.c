@@ -190,17 +190,29 @@ RARE API void TM_NAME(malloc_stats)(void) {
     pthread_setcancelstate(old_state, NULL);
 }
 
+/* `format` with its "%llu"s replaced by a, then b (our own formatting: one
+ * libc import fewer than snprintf, and it cannot allocate). */
 RARE static void xml_line(FILE *fp, const char *format, uint64_t a, uint64_t b) {
     char line[256];
-    int n = snprintf(line, sizeof line, format, (unsigned long long)a, (unsigned long long)b);
-    if (n > 0) fwrite(line, 1, (size_t)n, fp);
+    size_t n = 0;
+    uint64_t values[2] = {a, b};
+    unsigned used = 0;
+    for (const char *f = format; *f && n < sizeof line - 24; f++) {
+        if (f[0] == '%' && f[1] == 'l' && f[2] == 'l' && f[3] == 'u' && used < 2) {
+            n += format_unsigned(line + n, values[used++]);
+            f += 3;
+        } else {
+            line[n++] = *f;
+        }
+    }
+    fwrite(line, 1, n, fp);
 }
 
 RARE API int TM_NAME(malloc_info)(int options, FILE *fp) {
     if (options != 0) return EINVAL;
     uint64_t ids[256];
     unsigned n = heap_ids(ids, 256);
-    fputs("<malloc version=\"1\">\n", fp);
+    xml_line(fp, "<malloc version=\"1\">\n", 0, 0);
     uint64_t total_system = 0, total_free = 0, total_free_count = 0;
     for (unsigned i = 0; i <= n; i++) {
         struct usage u;
@@ -213,7 +225,7 @@ RARE API int TM_NAME(malloc_info)(int options, FILE *fp) {
         xml_line(fp, "<system type=\"max\" size=\"%llu\"/>\n", u.system, 0);
         xml_line(fp, "<aspace type=\"total\" size=\"%llu\"/>\n", u.system, 0);
         xml_line(fp, "<aspace type=\"mprotect\" size=\"%llu\"/>\n", u.system, 0);
-        fputs("</heap>\n", fp);
+        xml_line(fp, "</heap>\n", 0, 0);
         total_system += u.system;
         total_free += u.free;
         total_free_count += u.blocks_free;
@@ -234,7 +246,7 @@ RARE API int TM_NAME(malloc_info)(int options, FILE *fp) {
              LOAD(g_os.munmap_calls));
     xml_line(fp, " madvise=\"%llu\" mremap=\"%llu\"/>\n", LOAD(g_os.madvise_calls),
              LOAD(g_os.mremap_calls));
-    fputs("</malloc>\n", fp);
+    xml_line(fp, "</malloc>\n", 0, 0);
     return 0;
 }
 
