@@ -31,7 +31,7 @@ PACK_RELOCS := $(shell $(CC) -shared -Wl,--fatal-warnings,-z,pack-relative-reloc
                  -o /dev/null 2>/dev/null && echo -Wl,-z,pack-relative-relocs)
 LDFLAGS_LIB := -shared -Wl,-soname,$(SONAME) -Wl,-z,now $(PACK_RELOCS) \
                -Wl,--version-script=src/exports.map \
-               -Wl,--sort-section=alignment -Wl,-T,src/rodata.ld -Wl,-T,src/rare.ld -lpthread
+               -Wl,--sort-section=alignment -Wl,-T,src/rodata.ld -Wl,-T,src/rare.ld -Wl,-T,src/warm.ld -lpthread
 
 LIB_SRCS := $(wildcard src/*.c)
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS))
@@ -69,7 +69,7 @@ $(BUILD)/obj/%.o: src/%.c $(wildcard src/*.h) include/tidemalloc.h Makefile | $(
 $(BUILD)/obj:
 	mkdir -p $@
 
-$(LIB_SO): $(LIB_OBJS) src/exports.map src/rodata.ld src/rare.ld
+$(LIB_SO): $(LIB_OBJS) src/exports.map src/rodata.ld src/rare.ld src/warm.ld
 	$(CC) $(LIB_OBJS) $(LDFLAGS_LIB) -o $@.$(VERSION)
 	ln -sf libtidemalloc.so.$(VERSION) $(BUILD)/$(SONAME)
 	ln -sf libtidemalloc.so.$(VERSION) $@

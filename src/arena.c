@@ -96,7 +96,7 @@ static _Atomic unsigned chunk_slots_used; /* slots below it may be in use; huge 
 _Atomic uint64_t g_arena_dirty_bytes;     /* bytes of dirty extents */
 _Atomic uint64_t g_arena_used_bytes;      /* bytes in blocks handed out */
 
-static void counter_add(_Atomic uint64_t *counter, size_t bytes, bool add) {
+WARM static void counter_add(_Atomic uint64_t *counter, size_t bytes, bool add) {
     /* relaxed: statistics and a purge trigger; each chunk's lock orders its lists */
     if (add)
         atomic_fetch_add_explicit(counter, bytes, memory_order_relaxed);
@@ -111,7 +111,7 @@ static unsigned slots_used(void) {
     return atomic_load_explicit(&chunk_slots_used, memory_order_acquire);
 }
 
-static uintptr_t chunk_base(const struct arena_chunk *c) {
+WARM static uintptr_t chunk_base(const struct arena_chunk *c) {
     /* acquire: the chunk's header and size were written before its base */
     return atomic_load_explicit(&ranges_of[c - chunks].base, memory_order_acquire);
 }
@@ -146,14 +146,14 @@ static unsigned extent_index_from(const struct arena_chunk *c, uintptr_t address
 }
 
 /* Shifts by hand: libc's memmove would be one more import to map (tests/suite-static.sh). */
-static void extent_remove(struct arena_chunk *c, unsigned i) {
+WARM static void extent_remove(struct arena_chunk *c, unsigned i) {
     for (; i + 1 < c->extent_count; i++)
         c->header->extents[i] = c->header->extents[i + 1];
     c->extent_count--;
 }
 
 /* Whether extent i is followed, without a gap, by extent i + 1. */
-static bool extent_joins_next(const struct arena_chunk *c, unsigned i) {
+WARM static bool extent_joins_next(const struct arena_chunk *c, unsigned i) {
     const struct arena_extent *extents = c->header->extents;
     return i + 1 < c->extent_count && extents[i].start + extents[i].size == extents[i + 1].start;
 }
@@ -161,8 +161,8 @@ static bool extent_joins_next(const struct arena_chunk *c, unsigned i) {
 /* Adds a free range (not on the list) of chunk c, merging it with
  * neighbours in the same state. False: the list is full (the caller keeps
  * the range). */
-static bool extent_insert(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
-                          uint32_t now) {
+WARM static bool extent_insert(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
+                               uint32_t now) {
     struct arena_extent *extents = c->header->extents;
     unsigned i = extent_index_from(c, start);
     bool joins_previous = i > 0 && extents[i - 1].dirty == dirty &&
@@ -194,7 +194,7 @@ static bool extent_insert(struct arena_chunk *c, uintptr_t start, size_t size, b
 /* Takes `size` bytes from the run of adjacent extents that starts at extent
  * i (the caller checked that it is long enough). *dirty_end: the end of the
  * last dirty part taken (0: all of it was clean, so it reads as zeros). */
-static void run_carve(struct arena_chunk *c, unsigned i, size_t size, uintptr_t *dirty_end) {
+WARM static void run_carve(struct arena_chunk *c, unsigned i, size_t size, uintptr_t *dirty_end) {
     *dirty_end = 0;
     while (size) {
         struct arena_extent *e = &c->header->extents[i];
@@ -222,8 +222,8 @@ static size_t run_bytes(const struct arena_chunk *c, unsigned i, unsigned *after
 }
 
 /* A range of chunk c back on its free list; `now`: the time it was freed. */
-static void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
-                         uint32_t now) {
+WARM static void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
+                              uint32_t now) {
     if (!extent_insert(c, start, size, dirty, now) && dirty)
         os_release((void *)start, size); /* the list is full: the range stays out of use */
 }
@@ -237,7 +237,7 @@ static unsigned block_index_from(const struct arena_chunk *c, uintptr_t address)
 }
 
 /* The block handed out at `address`, or NULL. */
-static struct arena_block *block_find(const struct arena_chunk *c, uintptr_t address) {
+WARM static struct arena_block *block_find(const struct arena_chunk *c, uintptr_t address) {
     unsigned i = block_index_from(c, address);
     return i < c->block_count && c->header->blocks[i].start == address ? &c->header->blocks[i]
                                                                        : NULL;
@@ -308,7 +308,7 @@ static struct arena_chunk *chunk_add(size_t size) {
 }
 
 /* The chunk whose range holds `address`, locked, or NULL. */
-static struct arena_chunk *chunk_lock_holding(uintptr_t address) {
+WARM static struct arena_chunk *chunk_lock_holding(uintptr_t address) {
     for (unsigned i = 0, used = slots_used(); i < used; i++) {
         struct arena_chunk *c = &chunks[i];
         uintptr_t base = chunk_base(c);
@@ -332,8 +332,8 @@ static uintptr_t align_up(uintptr_t address, size_t alignment) {
  * its bytes in *bytes. The room before that address goes back on the list,
  * so it needs a slot there when the list is full; the block, one in the
  * list of blocks. */
-static bool run_best(const struct arena_chunk *c, size_t size, size_t alignment, unsigned *index,
-                     size_t *bytes) {
+WARM static bool run_best(const struct arena_chunk *c, size_t size, size_t alignment,
+                          unsigned *index, size_t *bytes) {
     size_t best_bytes = 0;
     if (c->block_count == CHUNK_BLOCKS_MAX) return false;
     for (unsigned i = 0, next; i < c->extent_count; i = next) {
@@ -353,8 +353,8 @@ static bool run_best(const struct arena_chunk *c, size_t size, size_t alignment,
 /* Takes `size` bytes at the first `alignment`-aligned address of the run
  * that starts at extent i (run_best found it long enough); the room before
  * it goes back on the list. */
-static uintptr_t run_carve_aligned(struct arena_chunk *c, unsigned i, size_t size, size_t alignment,
-                                   uintptr_t *dirty_end) {
+WARM static uintptr_t run_carve_aligned(struct arena_chunk *c, unsigned i, size_t size,
+                                        size_t alignment, uintptr_t *dirty_end) {
     uintptr_t start = c->header->extents[i].start, aligned = align_up(start, alignment);
     run_carve(c, i, aligned - start + size, dirty_end);
     if (aligned > start) range_return(c, start, aligned - start, *dirty_end > start, clock_ms());
@@ -362,8 +362,8 @@ static uintptr_t run_carve_aligned(struct arena_chunk *c, unsigned i, size_t siz
 }
 
 /* The block of run_carve_aligned, recorded and counted as handed out. */
-static uintptr_t run_take(struct arena_chunk *c, unsigned i, size_t size, size_t alignment,
-                          bool retain, uintptr_t *dirty_end) {
+WARM static uintptr_t run_take(struct arena_chunk *c, unsigned i, size_t size, size_t alignment,
+                               bool retain, uintptr_t *dirty_end) {
     uintptr_t start = run_carve_aligned(c, i, size, alignment, dirty_end);
     block_record(c, start, size, retain);
     used_bytes_add(size, true);
@@ -372,7 +372,7 @@ static uintptr_t run_take(struct arena_chunk *c, unsigned i, size_t size, size_t
 
 /* Chunk c (locked) becomes the home of `heap`, this thread's; the one it had
  * is no thread's now (huge lock held: no other thread holds two chunk locks). */
-static void chunk_make_home(struct arena_chunk *c, struct heap *heap) {
+WARM static void chunk_make_home(struct arena_chunk *c, struct heap *heap) {
     if (heap->arena_home && &chunks[heap->arena_home - 1] != c) {
         struct arena_chunk *old = &chunks[heap->arena_home - 1];
         spin_lock(&old->lock);
@@ -418,8 +418,8 @@ enum chunk_pick { PICK_UNOWNED, PICK_ANY, PICK_RESIDENT };
 
 /* How well chunk c (locked) serves the request, lower better, 0 not at
  * all; the run in *index. */
-static size_t chunk_fit(const struct arena_chunk *c, size_t size, size_t alignment,
-                        enum chunk_pick pick, unsigned *index) {
+WARM static size_t chunk_fit(const struct arena_chunk *c, size_t size, size_t alignment,
+                             enum chunk_pick pick, unsigned *index) {
     size_t value;
     if (pick == PICK_RESIDENT) return resident_best(c, size, index, &value) ? SIZE_MAX - value : 0;
     if (pick == PICK_UNOWNED && c->home_of != NULL) return 0;
@@ -439,8 +439,8 @@ static size_t chunk_fit(const struct arena_chunk *c, size_t size, size_t alignme
  * of its own, which its free unmaps at once (with half, `large` faulted 16%
  * less again, but held 3% more at its peak: the fresh pages stay with the
  * arena after the free). */
-static struct arena_chunk *chunk_best(size_t size, size_t alignment, enum chunk_pick pick,
-                                      unsigned *index) {
+WARM static struct arena_chunk *chunk_best(size_t size, size_t alignment, enum chunk_pick pick,
+                                           unsigned *index) {
     struct arena_chunk *best = NULL;
     size_t best_fit = 0;
     for (unsigned slot = 0, used = slots_used(); slot < used; slot++) {
@@ -492,8 +492,8 @@ static uintptr_t alloc_elsewhere(size_t size, size_t alignment, bool retain, uin
  * that allocates next is in its cache still, where another thread's is not
  * (ebizzy, 2 threads of 192 KiB-1 MiB buffers: 101k records/s with one
  * shared pool against 127-131k with homes or per-thread segments). */
-void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain,
-                  uintptr_t *dirty_end, struct heap *heap) {
+WARM void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain,
+                       uintptr_t *dirty_end, struct heap *heap) {
     bool can_own = heap != &g_empty_heap; /* not a thread past its exit */
     uintptr_t block = 0;
     if (!resident_only && can_own && heap->arena_home) {
@@ -529,7 +529,7 @@ void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain
  * list; in aggressive mode released first, as a mapping of its own would
  * be, off the list meanwhile, so that no block is carved from it and the
  * chunk stays. Unlocks c. */
-static void range_give(struct arena_chunk *c, uintptr_t start, size_t size, uint32_t now) {
+WARM static void range_give(struct arena_chunk *c, uintptr_t start, size_t size, uint32_t now) {
     bool dirty = true;
     if (OPTION(aggressive_madvise)) {
         spin_unlock(&c->lock);
@@ -540,7 +540,7 @@ static void range_give(struct arena_chunk *c, uintptr_t start, size_t size, uint
     spin_unlock(&c->lock);
 }
 
-int arena_free(void *p, size_t *size, bool *retain) {
+WARM int arena_free(void *p, size_t *size, bool *retain) {
     struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
     if (c == NULL) return ARENA_NONE;
     struct arena_block *found = block_find(c, (uintptr_t)p);
@@ -558,7 +558,7 @@ int arena_free(void *p, size_t *size, bool *retain) {
     return ARENA_DONE;
 }
 
-int arena_usable_size(const void *p, size_t *usable) {
+WARM int arena_usable_size(const void *p, size_t *usable) {
     struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
     if (c == NULL) return ARENA_NONE;
     struct arena_block *found = block_find(c, (uintptr_t)p);
@@ -590,7 +590,7 @@ static bool block_grow(struct arena_chunk *c, uintptr_t start, size_t old_size, 
     return true;
 }
 
-int arena_resize(void *p, size_t size) {
+WARM int arena_resize(void *p, size_t size) {
     struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
     if (c == NULL) return ARENA_NONE;
     struct arena_block *found = block_find(c, (uintptr_t)p);

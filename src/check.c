@@ -19,7 +19,7 @@
 static void secure_write_trailer(unsigned char *p, size_t usable, size_t size) {
     memset(p + size, CANARY_BYTE, usable - 4 - size);
     uint32_t stored = (uint32_t)size;
-    memcpy(p + usable - 4, &stored, 4);
+    __builtin_memcpy(p + usable - 4, &stored, 4);
 }
 
 RARE void *checked_malloc(struct heap *heap, size_t size, size_t alignment, bool *is_zero) {
@@ -73,7 +73,7 @@ RARE void checked_before_free(struct page *page, struct block *b) {
     size_t size = usable;
     if (g_options.secure && page->class_index != LARGE_CLASS) {
         uint32_t stored;
-        memcpy(&stored, p + usable - 4, 4);
+        __builtin_memcpy(&stored, p + usable - 4, 4);
         if (stored > usable - SECURE_TRAILER) fatal_error("free(): heap overflow detected (size)");
         for (size_t i = stored; i < usable - 4; i++)
             if (p[i] != CANARY_BYTE) fatal_error("free(): heap overflow detected (canary)");
@@ -95,7 +95,7 @@ RARE void checked_before_reuse(struct page *page, struct block *b) {
 RARE size_t checked_usable_size(const struct page *page, const void *p) {
     if (page->class_index == LARGE_CLASS) return page->block_size;
     uint32_t stored;
-    memcpy(&stored, (const unsigned char *)p + page->block_size - 4, 4);
+    __builtin_memcpy(&stored, (const unsigned char *)p + page->block_size - 4, 4);
     return stored;
 }
 

@@ -655,7 +655,7 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
 /* realloc of a large block by its owner: take the free slices right after
  * it rather than copy into a new run. The copy faulted in the new run while
  * the old one was still resident, so peak RSS carried both. */
-bool heap_large_grow(void *p, size_t size) {
+WARM bool heap_large_grow(void *p, size_t size) {
     struct segment *segment = segment_of(p);
     struct page *page = page_of(segment, p);
     if (page->class_index != LARGE_CLASS || size > LARGE_MAX || OPTION(checked)) return false;

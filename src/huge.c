@@ -51,7 +51,7 @@ static size_t hash_address(uintptr_t a) {
     return (size_t)((a >> 12) * 0x9E3779B97F4A7C15ull);
 }
 
-static struct huge_entry *table_find_in(uintptr_t user, bool moving) {
+WARM static struct huge_entry *table_find_in(uintptr_t user, bool moving) {
     size_t mask = table_capacity - 1;
     for (size_t i = hash_address(user) & mask;; i = (i + 1) & mask) {
         if (table[i].user == user && table[i].moving == moving) return &table[i];
@@ -90,7 +90,7 @@ static bool table_has_tombstone(void) {
     return false;
 }
 
-static bool table_insert(struct huge_entry entry) {
+WARM static bool table_insert(struct huge_entry entry) {
     /* Growing keeps probes short; without memory for it, a free slot or a
      * tombstone still takes the entry (realloc must not fail for metadata). */
     if ((table_used + 1) * 4 > table_capacity * 3 && !table_grow() &&
@@ -105,7 +105,7 @@ static bool table_insert(struct huge_entry entry) {
     return true;
 }
 
-static void note_live(size_t map_size, bool add) {
+WARM static void note_live(size_t map_size, bool add) {
     /* relaxed: statistics for mallinfo and the mmap_max limit. */
     if (add) {
         uint64_t count = atomic_fetch_add_explicit(&g_huge_count, 1, memory_order_relaxed) + 1;
@@ -123,7 +123,7 @@ static void note_live(size_t map_size, bool add) {
 
 /* Records a new mapping of its own as a live block; on failure the mapping
  * goes back. (The arena records its blocks itself.) */
-static bool huge_register(struct huge_entry entry) {
+WARM static bool huge_register(struct huge_entry entry) {
     spin_lock(&g_huge_lock);
     bool ok = table_insert(entry);
     spin_unlock(&g_huge_lock);
@@ -135,7 +135,7 @@ static bool huge_register(struct huge_entry entry) {
     return true;
 }
 
-void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
+WARM void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) {
     if (alignment < OS_PAGE_SIZE) alignment = OS_PAGE_SIZE;
     if (size > PTRDIFF_MAX - alignment - OS_PAGE_SIZE) return NULL;
     if (size == 0) size = 1; /* malloc(0) with an mmap threshold of 0 */
@@ -218,7 +218,7 @@ static bool guarded_canary_intact(const struct huge_entry *entry) {
     return true;
 }
 
-bool huge_free(void *p) {
+WARM bool huge_free(void *p) {
     size_t size;
     bool retain;
     int in_arena = arena_free(p, &size, &retain);
@@ -259,7 +259,7 @@ RARE bool huge_recently_freed(const void *p) {
     return found;
 }
 
-bool huge_usable_size(const void *p, size_t *usable) {
+WARM bool huge_usable_size(const void *p, size_t *usable) {
     int in_arena = arena_usable_size(p, usable);
     if (in_arena != ARENA_NONE) return in_arena == ARENA_DONE;
     spin_lock(&g_huge_lock);
@@ -274,7 +274,7 @@ bool huge_usable_size(const void *p, size_t *usable) {
  * the pages), or shrinks it in place, giving the pages past the new size back
  * as glibc does for its mapped chunks. NULL: the caller copies instead (p
  * untouched). */
-void *huge_realloc(void *p, size_t size) {
+WARM void *huge_realloc(void *p, size_t size) {
     if (size > PTRDIFF_MAX - OS_PAGE_SIZE) return NULL;
     size_t map_size = (size + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1);
     /* An arena block gives its tail back or grows into the free extent

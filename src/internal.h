@@ -37,6 +37,18 @@
  * docs/benchmark-history.md, forty-fourth session); tests/test_rare_code_apart.c
  * checks that such a program maps none of it. */
 #define RARE __attribute__((section("tm_rare")))
+/* Code that common programs do not run (ls, grep, sed, tar, cp, find, bash,
+ * awk, gcc's driver and the small benchmarks: small blocks and large ones
+ * under the mmap threshold, realloc between them, threads, fork), but
+ * programs with bigger blocks do: the arena, huge (direct-mapped) blocks, a
+ * large block's growth in place. A load segment of its own (src/warm.ld), 2
+ * pages, so that the code's is 7 instead of 9 and the common programs map
+ * 8 KiB less; a program that runs both maps 9, as before (forty-sixth
+ * session: which programs map which, docs/benchmark-history.md). The retain
+ * bound's and the purge's code stays in the code's segment: any program with
+ * threads that exit may run it. tests/test_rare_code_apart.c checks that the
+ * common work maps none of it. */
+#define WARM __attribute__((section("tm_warm")))
 /* Zero-initialised arrays that only the arena and huge blocks use: in
  * x86-64's large-data section, which the linker places after .bss, so that
  * the small variables every program writes share the page where .data ends

@@ -72,7 +72,7 @@ static void small_limit_update(void) {
 
 /* glibc: freeing a mapped block raises the mmap threshold to its size (up to
  * 32 MiB) and the trim threshold to twice that, until the user sets one. */
-void options_note_huge_free(size_t size) {
+WARM void options_note_huge_free(size_t size) {
     if (!OPTION(dynamic_threshold)) return;
     spin_lock(&options_lock);
     if (OPTION(dynamic_threshold) && size > OPTION(mmap_threshold) &&

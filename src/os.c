@@ -66,7 +66,7 @@ void *os_map(size_t size) {
  * the kernel's overcommit policy then judges it as it would glibc's, so that
  * malloc(64 TiB) fails with ENOMEM under the default heuristic instead of
  * returning memory that cannot be had. */
-void *os_map_block(size_t size) {
+WARM void *os_map_block(size_t size) {
     return map_anywhere(size, 0);
 }
 
@@ -168,7 +168,7 @@ uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) {
     return done;
 }
 
-void *os_remap(void *address, size_t old_size, size_t new_size) {
+WARM void *os_remap(void *address, size_t old_size, size_t new_size) {
     COUNT(mremap_calls, 1);
     long r = raw_syscall6(SYS_mremap, (long)address, (long)old_size, (long)new_size, MREMAP_MAYMOVE,
                           0, 0);
@@ -182,7 +182,7 @@ void *os_remap(void *address, size_t old_size, size_t new_size) {
 
 /* The smaller soft limit of the two that count a private writable mapping
  * (RLIMIT_DATA does since Linux 4.7, mapped or touched alike). */
-uint64_t os_mapping_limit(void) {
+WARM uint64_t os_mapping_limit(void) {
     uint64_t smallest = UINT64_MAX;
     static const int resources[] = {RLIMIT_AS, RLIMIT_DATA};
     for (unsigned i = 0; i < sizeof resources / sizeof resources[0]; i++) {
@@ -325,7 +325,7 @@ RARE void os_huge_pages_configure(uint64_t hugetlb) {
             digits[n++] = (char)('0' + kib % 10);
         while (n)
             path[length++] = digits[--n];
-        memcpy(path + length, "kB/nr_hugepages", sizeof "kB/nr_hugepages");
+        __builtin_memcpy(path + length, "kB/nr_hugepages", sizeof "kB/nr_hugepages");
         if (!read_small_file(path, text, sizeof text)) return;
         size = hugetlb;
     }
@@ -423,7 +423,7 @@ void os_advise_arena_chunk(void *chunk, size_t size) {
 /* hugetlb 2 or more: `size` rounded up to whole huge pages, mapped on them if
  * it is at least one huge page and the kernel has them free; NULL otherwise
  * (the caller maps normal pages instead). */
-void *os_map_huge_pages(size_t size, size_t *mapped) {
+WARM void *os_map_huge_pages(size_t size, size_t *mapped) {
     if (huge_page_size == 0 || size < huge_page_size) return NULL;
     size_t rounded = (size + huge_page_size - 1) & ~(huge_page_size - 1);
     if (rounded < size) return NULL;

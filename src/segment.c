@@ -518,7 +518,7 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
 /* Grows a large page in place over the free slices right after it (owner
  * only). False when they are not all free (or a purger holds one): the
  * caller moves the block instead. */
-bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
+WARM bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) {
     struct segment *segment = segment_of(page);
     unsigned first = (unsigned)(page - segment->pages), old = page->slice_count;
     if (slices <= old || first + slices > SLICES_PER_SEGMENT) return false;
@@ -613,7 +613,7 @@ static void segment_purge_now(struct segment *segment, uint32_t now) {
 }
 
 /* realloc shrinking a large block: the slices past `slices` go back. */
-void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) {
+WARM void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) {
     struct segment *segment = segment_of(page);
     unsigned first = (unsigned)(page - segment->pages), old = page->slice_count;
     page->slice_count = (uint8_t)slices;

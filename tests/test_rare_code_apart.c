@@ -1,13 +1,15 @@
-/* The library's rarely run code (RARE in src/internal.h: the aligned and
- * the rarer entry points, statistics, mallopt, secure mode, error reports)
- * has a load segment of its own (src/rare.ld), so that a program which only
- * mallocs, callocs, reallocs and frees, in threads and across a fork, never
- * maps its pages: the kernel maps a file's pages up to 64 KiB around each
- * fault, clipped to the mapping, so inside the code's mapping they were
- * resident in every program (11 code pages before, 9 now). This test does
- * that work, checks that the second executable mapping of the library has
- * no page resident, then calls a rare entry point and checks that the
- * mapping is read where a call lands (so that the test sees the pages). */
+/* The library's code is in three load segments: what every program runs,
+ * the WARM code (src/warm.ld: the arena, huge blocks, a large block's
+ * growth in place) and the RARE code (src/rare.ld: the aligned and the
+ * rarer entry points, statistics, mallopt, secure mode, error reports). The
+ * kernel maps a file's pages up to 64 KiB around each fault, clipped to the
+ * mapping, so a program maps a segment only when it runs code there (11 code
+ * pages in every program before the forty-fourth session, 9 before the
+ * forty-sixth, 7 now in the common ones). This test mallocs, callocs,
+ * reallocs and frees small and large blocks, in threads and across a fork,
+ * and checks that neither the warm nor the rare mapping has a page
+ * resident; then it grows a block to 4 MiB (the warm code: both mappings
+ * read where a call lands), and then calls a rare entry point. */
 #include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
@@ -50,14 +52,20 @@ static int code_mappings_rss(unsigned long *rss_kib, int max) {
     return count;
 }
 
+/* Small and large blocks (under the mmap threshold, 128 KiB by default),
+ * realloc from one to the other: the code every program runs. */
 static void work(void) {
     void *small[200];
     for (int i = 0; i < 200; i++) {
         small[i] = i % 3 ? malloc((size_t)(16 + i * 40)) : calloc(1, (size_t)(8 + i * 8));
         CHECK(small[i] != NULL);
     }
+    void *large = malloc((size_t)100 << 10);
+    CHECK(large != NULL);
+    memset(large, 1, (size_t)100 << 10);
+    free(large);
     char *grow = NULL;
-    for (size_t size = 100; size <= ((size_t)4 << 20); size *= 3) {
+    for (size_t size = 100; size <= ((size_t)100 << 10); size *= 3) {
         grow = realloc(grow, size);
         CHECK(grow != NULL);
         grow[size - 1] = 1;
@@ -96,7 +104,8 @@ int main(int argc, char **argv) {
         if (tm_expected()) FAILF("no executable mapping of libtidemalloc found");
         SKIP("libtidemalloc is not loaded");
     }
-    CHECKF(count == 2, "%d executable mappings of the library, expected the code's and the rare",
+    CHECKF(count == 3,
+           "%d executable mappings of the library, expected the code's, the warm and the rare",
            count);
 
     work();
@@ -113,18 +122,31 @@ int main(int argc, char **argv) {
     if (child == 0) {
         work();
         count = code_mappings_rss(rss, 4);
-        _exit(count == 2 && rss[1] == 0 ? 0 : 3);
+        _exit(count == 3 && rss[1] == 0 && rss[2] == 0 ? 0 : 3);
     }
     int status;
     CHECK(waitpid(child, &status, 0) == child);
     CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-           "the fork child mapped the rare code (status %d)", status);
+           "the fork child mapped the warm or the rare code (status %d)", status);
     free(handed);
 
     count = code_mappings_rss(rss, 4);
-    CHECK(count == 2);
-    CHECKF(rss[1] == 0, "the rare code's mapping has %lu KiB resident (the code's %lu)", rss[1],
-           rss[0]);
+    CHECK(count == 3);
+    CHECKF(rss[1] == 0 && rss[2] == 0,
+           "the warm code's mapping has %lu KiB resident, the rare's %lu (the code's %lu)", rss[1],
+           rss[2], rss[0]);
+
+    /* a block past the large pages: the warm code runs, the rare does not */
+    char *huge = malloc((size_t)1 << 20);
+    CHECK(huge != NULL);
+    huge = realloc(huge, (size_t)4 << 20);
+    CHECK(huge != NULL);
+    huge[((size_t)4 << 20) - 1] = 1;
+    free(huge);
+    count = code_mappings_rss(rss, 4);
+    CHECK(count == 3);
+    CHECKF(rss[1] > 0, "a 4 MiB block came and went, yet the warm code's mapping reads 0 KiB");
+    CHECKF(rss[2] == 0, "a 4 MiB block mapped the rare code (%lu KiB)", rss[2]);
 
     /* a rare entry point: its page (and its neighbours) get mapped */
     void *p = malloc(100);
@@ -132,7 +154,7 @@ int main(int argc, char **argv) {
     CHECK(malloc_usable_size(p) >= 100);
     free(p);
     count = code_mappings_rss(rss, 4);
-    CHECK(count == 2);
-    CHECKF(rss[1] > 0, "malloc_usable_size ran, yet the rare code's mapping reads 0 KiB");
+    CHECK(count == 3);
+    CHECKF(rss[2] > 0, "malloc_usable_size ran, yet the rare code's mapping reads 0 KiB");
     return 0;
 }
