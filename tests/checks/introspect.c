@@ -79,6 +79,28 @@ int main(void) {
     CHECK(heaps >= 3, "fewer than one <heap> per live thread heap");
     CHECK(strstr(xml, "<syscalls mmap=") != NULL, "no syscall counters");
     CHECK(strstr(xml, "</malloc>") != NULL, "unterminated XML");
+    /* malloc_info formats its own numbers (no snprintf): every value is a
+     * decimal number, with no format left in the text, and the system
+     * bytes of the total are those of the heaps and more */
+    CHECK(strncmp(xml, "<malloc version=\"1\">\n", 20) == 0, "XML does not start with <malloc>");
+    CHECK(strchr(xml, '%') == NULL, "a format specifier left in the XML");
+    int numbers = 0;
+    for (char *s = xml; (s = strstr(s, "=\"")) != NULL;) {
+        int is_type = s - xml >= 4 && strncmp(s - 4, "type", 4) == 0;
+        s += 2;
+        if (is_type) continue; /* type="fast", "current": names */
+        size_t digits = strspn(s, "0123456789");
+        CHECK(digits > 0 && digits < 21 && s[digits] == '"', "an attribute that is not a number");
+        numbers++;
+    }
+    CHECK(numbers >= 3 * 9 + 10, "fewer numbers than the heaps and the totals hold");
+    const char *total = strstr(xml, "</heap>\n<total type=\"fast\"");
+    CHECK(total != NULL, "no totals after the heaps");
+    static const char current_tag[] = "<system type=\"current\" size=\"";
+    const char *current = strstr(total, current_tag);
+    CHECK(current != NULL, "no current system size in the totals");
+    unsigned long long system_total = strtoull(current + sizeof current_tag - 1, NULL, 10);
+    CHECK(system_total >= 4ull << 20, "the total system size is under one segment");
     free(xml);
     malloc_stats(); /* the suite checks stderr */
     pthread_barrier_wait(&barrier);
