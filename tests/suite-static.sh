@@ -66,7 +66,7 @@ first_size=$(readelf -lW "$so" | awk '$1 == "LOAD" { print $5; exit }')
 if [ -z "$first_size" ]; then
   echo "FAIL static/symbols-one-page could not read the first load segment"
 elif [ $((first_size)) -le 4096 ]; then
-  echo "PASS static/symbols-one-page (first load segment $first_size bytes)"
+  echo "PASS static/symbols-one-page (first load segment $first_size bytes, $((4096 - first_size)) to spare)"
 else
   echo "FAIL static/symbols-one-page the first load segment is $first_size bytes, over one page:" \
     "$(readelf -rW "$so" | grep -c GLOB_DAT) imports bound through the GOT"
@@ -88,7 +88,9 @@ else
   code_pages=$(( ($((code_start)) + $((code_size)) + 4095) / 4096 - $((code_start)) / 4096 ))
   warm_pages=$(( ($((warm_start)) + $((warm_size)) + 4095) / 4096 - $((warm_start)) / 4096 ))
   if [ "$code_pages" -le 7 ] && [ "$warm_pages" -le 2 ]; then
-    echo "PASS static/code-pages (code $code_size bytes, $code_pages pages; warm $warm_size, $warm_pages)"
+    spare=$(( code_pages * 4096 - $((code_start)) % 4096 - $((code_size)) ))
+    echo "PASS static/code-pages (code $code_size bytes, $code_pages pages, $spare bytes to spare;" \
+      "warm $warm_size, $warm_pages)"
   else
     echo "FAIL static/code-pages code $code_size bytes ($code_pages pages, at most 7)," \
       "warm $warm_size ($warm_pages pages, at most 2)"
