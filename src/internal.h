@@ -321,6 +321,10 @@ static inline uintptr_t page_slices_begin(const struct page *page) {
 static inline uintptr_t page_start(const struct page *page) {
     return page->start;
 }
+/* Pages whose first slice keeps touched_end: one-slice class pages. */
+static inline bool page_tracks_touched(const struct page *page) {
+    return page->slice_count == 1 && page->class_index != LARGE_CLASS;
+}
 /* Where the OS page after the first `blocks` blocks of a page begins,
  * counted from its first slice's start. */
 static inline uint32_t page_carved_end(const struct page *page, uint32_t blocks) {

@@ -4,7 +4,6 @@
 #ifndef TIDEMALLOC_LOCK_H
 #define TIDEMALLOC_LOCK_H
 
-#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>

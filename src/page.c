@@ -79,7 +79,7 @@ bool page_extend(struct page *page) {
  * blocks that earlier pages on the slice touched (touched_end), in *range;
  * false if none. Owner only: heap_exit_trim gives it back. */
 bool page_stale_tail(const struct page *page, struct iovec *range) {
-    if (page->slice_count != 1 || page->class_index == LARGE_CLASS) return false;
+    if (!page_tracks_touched(page)) return false;
     uint32_t carved = page_carved_end(page, page->capacity);
     if (page->touched_end <= carved) return false;
     range->iov_base = (void *)(page_slices_begin(page) + carved);

@@ -592,7 +592,7 @@ static struct segment *segment_page_slices_free(struct page *page, bool clean, u
     /* a one-slice class page touched memory up to its last carved block,
      * and earlier pages on the slice up to touched_end */
     uint32_t touched = SLICE_SIZE;
-    if (count == 1 && page->class_index != LARGE_CLASS) {
+    if (page_tracks_touched(page)) {
         uint32_t carved = page_carved_end(page, page->capacity);
         touched = carved > page->touched_end ? carved : page->touched_end;
     }
