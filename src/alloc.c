@@ -152,6 +152,32 @@ static inline bool realloc_fits(size_t size, size_t usable) {
     return size <= usable && (size >= usable / 2 || usable <= 64);
 }
 
+/* realloc's copies of at least POPULATE_COPY_MIN bytes look for pages of
+ * the new block that are not resident, and populate them first if there
+ * are POPULATE_PAGES_MIN or more (os_populate): one system call against a
+ * fault a page. */
+#define POPULATE_COPY_MIN  ((size_t)64 << 10)
+#define POPULATE_PAGES_MIN 2
+
+/* realloc's copy of `copy` bytes into `fresh`, a block just handed out:
+ * the pages it will write that read as zeros, not resident, are made
+ * present in one call. In `large 12` 5,286 pages, 16% of its faults, were
+ * faulted in by 7 of its 2,054 big copies (the others land on resident
+ * memory, where a call would only cost); populated, its realloc calls took
+ * 0.150 s instead of 0.179 (2026-12-05, 10 µs a fault). Secure mode and
+ * MALLOC_PERTURB_ fill blocks themselves: no call there. */
+WARM static NOINLINE void populate_for_copy(void *fresh, size_t copy) {
+    if (OPTION(checked)) return;
+    uintptr_t start = (uintptr_t)fresh;
+    uintptr_t clean =
+        segment_map_contains(start) ? large_clean_from(fresh) : huge_clean_from(fresh);
+    if (clean == UINTPTR_MAX) return;
+    if (clean < start) clean = start;
+    uintptr_t end = (start + copy + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);
+    if (end > clean && end - clean >= POPULATE_PAGES_MIN * OS_PAGE_SIZE)
+        os_populate((void *)clean, end - clean);
+}
+
 /* realloc's other cases: a mapped block grows with mremap or gives its spare
  * pages back (NULL: too small now), a large block takes or gives back
  * slices; then any block shrinks in place unless most of it would idle.
@@ -167,8 +193,10 @@ static NOINLINE void *realloc_change(void *p, size_t size) {
     if (realloc_fits(size, usable) && !OPTION(checked)) return p;
     void *fresh = malloc_inline(size, NULL);
     if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */
+    size_t copy = size < usable ? size : usable;
+    if (copy >= POPULATE_COPY_MIN) populate_for_copy(fresh, copy);
     /* glibc's memcpy code, without memcpy's version need (tests/suite-static.sh) */
-    memmove(fresh, p, size < usable ? size : usable);
+    memmove(fresh, p, copy);
     free_internal(p);
     return fresh;
 }

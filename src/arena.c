@@ -39,9 +39,12 @@ struct arena_extent {
 /* A block handed out. Invariant: a chunk's blocks are sorted by start and
  * overlap neither one another nor a free extent. */
 struct arena_block {
-    uintptr_t start; /* the address handed out, page aligned */
-    size_t size;     /* bytes, a page multiple */
-    bool retain;     /* taken under the mmap threshold: its free moves no threshold */
+    uintptr_t start;      /* the address handed out, page aligned */
+    size_t size;          /* bytes, a page multiple */
+    bool retain;          /* taken under the mmap threshold: its free moves no threshold */
+    uint32_t dirty_pages; /* when handed out, the pages from start up to the last one
+                             that may have been resident; those after read as zero
+                             (realloc's copy populates them: arena_clean_from) */
 };
 
 #define CHUNK_EXTENTS_MAX 1024
@@ -243,13 +246,17 @@ WARM static struct arena_block *block_find(const struct arena_chunk *c, uintptr_
                                                                        : NULL;
 }
 
-static void block_record(struct arena_chunk *c, uintptr_t start, size_t size, bool retain) {
+/* dirty_end: run_carve's (0: the block reads as zeros) */
+static void block_record(struct arena_chunk *c, uintptr_t start, size_t size, bool retain,
+                         uintptr_t dirty_end) {
     struct arena_block *blocks = c->header->blocks;
     unsigned i = block_index_from(c, start);
     for (unsigned j = c->block_count; j > i; j--)
         blocks[j] = blocks[j - 1];
     c->block_count++;
-    blocks[i] = (struct arena_block){start, size, retain};
+    uint32_t dirty_pages =
+        dirty_end > start ? (uint32_t)((dirty_end - start + OS_PAGE_SIZE - 1) / OS_PAGE_SIZE) : 0;
+    blocks[i] = (struct arena_block){start, size, retain, dirty_pages};
 }
 
 static void block_forget(struct arena_chunk *c, struct arena_block *block) {
@@ -365,7 +372,7 @@ WARM static uintptr_t run_carve_aligned(struct arena_chunk *c, unsigned i, size_
 WARM static uintptr_t run_take(struct arena_chunk *c, unsigned i, size_t size, size_t alignment,
                                bool retain, uintptr_t *dirty_end) {
     uintptr_t start = run_carve_aligned(c, i, size, alignment, dirty_end);
-    block_record(c, start, size, retain);
+    block_record(c, start, size, retain, *dirty_end);
     used_bytes_add(size, true);
     return start;
 }
@@ -563,6 +570,15 @@ WARM int arena_usable_size(const void *p, size_t *usable) {
     if (c == NULL) return ARENA_NONE;
     struct arena_block *found = block_find(c, (uintptr_t)p);
     if (found) *usable = found->size;
+    spin_unlock(&c->lock);
+    return found ? ARENA_DONE : ARENA_NO;
+}
+
+WARM int arena_clean_from(const void *p, uintptr_t *clean_from) {
+    struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
+    if (c == NULL) return ARENA_NONE;
+    struct arena_block *found = block_find(c, (uintptr_t)p);
+    if (found) *clean_from = found->start + (uintptr_t)found->dirty_pages * OS_PAGE_SIZE;
     spin_unlock(&c->lock);
     return found ? ARENA_DONE : ARENA_NO;
 }

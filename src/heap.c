@@ -652,6 +652,20 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     return b;
 }
 
+/* Where a large block of this thread's starts to hold only slices that read
+ * as zeros and are not resident, as its run was taken (UINTPTR_MAX: another
+ * thread's, or a class page's block): realloc's copy populates them. */
+WARM uintptr_t large_clean_from(const void *p) {
+    struct segment *segment = segment_of(p);
+    if (segment_owner_thread(segment) != current_thread_id()) return UINTPTR_MAX;
+    const struct page *page = page_of(segment, p);
+    if (page->class_index != LARGE_CLASS) return UINTPTR_MAX;
+    uint64_t run = page->slice_count >= 64 ? ~(uint64_t)0 : ((uint64_t)1 << page->slice_count) - 1;
+    uint64_t dirty = ~page->clean_slices & run;
+    unsigned clean_first = dirty ? 64 - (unsigned)__builtin_clzll(dirty) : 0;
+    return page_slices_begin(page) + ((uintptr_t)clean_first << SLICE_SHIFT);
+}
+
 /* realloc of a large block by its owner: take the free slices right after
  * it rather than copy into a new run. The copy faulted in the new run while
  * the old one was still resident, so peak RSS carried both. */

@@ -270,6 +270,20 @@ WARM bool huge_usable_size(const void *p, size_t *usable) {
     return found != NULL;
 }
 
+/* Where the block at p, just handed out, starts to hold pages that read as
+ * zeros and are not resident (UINTPTR_MAX: none known): its own mapping is
+ * fresh but for huge pages, an arena block says (arena_clean_from). */
+WARM uintptr_t huge_clean_from(const void *p) {
+    uintptr_t clean = UINTPTR_MAX;
+    int in_arena = arena_clean_from(p, &clean);
+    if (in_arena != ARENA_NONE) return in_arena == ARENA_DONE ? clean : UINTPTR_MAX;
+    spin_lock(&g_huge_lock);
+    struct huge_entry *found = table_find((uintptr_t)p);
+    if (found && !found->hugetlb && !found->guarded) clean = found->user;
+    spin_unlock(&g_huge_lock);
+    return clean;
+}
+
 /* Grows the mapping with mremap (in place when the kernel can, else it moves
  * the pages), or shrinks it in place, giving the pages past the new size back
  * as glibc does for its mapped chunks. NULL: the caller copies instead (p

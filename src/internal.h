@@ -41,7 +41,8 @@
  * awk, gcc's driver and the small benchmarks: small blocks and large ones
  * under the mmap threshold, realloc between them, threads, fork), but
  * programs with bigger blocks do: the arena, huge (direct-mapped) blocks, a
- * large block's growth in place. A load segment of its own (src/warm.ld), 2
+ * large block's growth in place, a realloc copy of 64 KiB or more looking
+ * for pages to populate. A load segment of its own (src/warm.ld), 2
  * pages, so that the code's is 7 instead of 9 and the common programs map
  * 8 KiB less; a program that runs both maps 9, as before (forty-sixth
  * session: which programs map which, docs/benchmark-history.md). The retain
@@ -201,6 +202,8 @@ bool os_release(void *address, size_t size) INTERNAL; /* MADV_DONTNEED */
 /* Releases up to 64 ranges in as few calls as it can; bit i: ranges[i] went back. */
 uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) INTERNAL;
 void *os_remap(void *address, size_t old_size, size_t new_size) INTERNAL;
+/* MADV_POPULATE_WRITE over whole pages a copy is about to write (os.c says when) */
+void os_populate(void *address, size_t size) INTERNAL;
 /* A block mapped on its own, charged to the commit as glibc's are (the
  * kernel's overcommit policy may refuse it). NULL on failure. */
 void *os_map_block(size_t size) INTERNAL;
@@ -620,7 +623,8 @@ void *heap_malloc_slow(struct heap *heap, size_t size) INTERNAL;
 /* malloc's fast path found class cls dry (cls 0: the generic path) */
 void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) INTERNAL;
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) INTERNAL;
-void heap_atfork_child(bool locked) INTERNAL; /* locked: the fork took our locks first */
+uintptr_t large_clean_from(const void *p) INTERNAL; /* realloc's copy: see heap.c */
+void heap_atfork_child(bool locked) INTERNAL;       /* locked: the fork took our locks first */
 
 /* ---- page_cache.c: the owner's calls but heap_cache_purge (purger or
  * malloc_trim, heaps lock held: releases the memory of pages cached for
@@ -650,6 +654,7 @@ void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
 bool huge_free(void *p) INTERNAL;                                 /* false: not ours */
 bool huge_usable_size(const void *p, size_t *usable) INTERNAL;    /* false: not ours */
+uintptr_t huge_clean_from(const void *p) INTERNAL;                /* realloc's copy: see huge.c */
 /* among the last 64 huge blocks freed of their kind (arena chunk, own mapping) */
 bool huge_recently_freed(const void *p) INTERNAL;
 void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
@@ -679,6 +684,8 @@ void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain
 enum { ARENA_NONE, ARENA_NO, ARENA_DONE };
 int arena_free(void *p, size_t *size, bool *retain) INTERNAL;
 int arena_usable_size(const void *p, size_t *usable) INTERNAL;
+/* where the block at p, as it was handed out, starts to read as zeros, not resident */
+int arena_clean_from(const void *p, uintptr_t *clean_from) INTERNAL;
 int arena_resize(void *p, size_t size) INTERNAL;
 bool arena_recently_freed(const void *p) INTERNAL; /* among its chunk's last 64 freed */
 /* its thread exits (lock), or a fork child forgets the threads (no lock) */

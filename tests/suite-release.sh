@@ -237,6 +237,11 @@ run batched-release-off-env TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_BATCHED_REL
   -- rel_batched_release off env
 run batched-release-off-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_release off mallopt
 
+# realloc's copy populates the pages that are not resident, and only those.
+run populate-copy TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_PURGE_DELAY_MS=60000 -- rel_populate default
+run populate-copy-refused TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_populate refused
+run populate-copy-secure TIDEMALLOC_BACKGROUND_PURGE=0 MALLOC_CHECK_=3 -- rel_populate checked
+
 # g. Bounded release syscalls under a hostile pattern.
 run hostile-trim0-delay0 MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 -- rel_hostile
 run hostile-trim0-delay0-segments MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 \
