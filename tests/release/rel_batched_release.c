@@ -65,10 +65,7 @@ static void refuse_process_madvise(int err) {
         BPF_STMT(BPF_RET | BPF_K, action),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
-    struct sock_fprog program = {sizeof filter / sizeof filter[0], filter};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
-        REL_SKIPF("cannot install a seccomp filter: %s", strerror(errno));
+    rel_seccomp_install(filter, sizeof filter / sizeof filter[0]);
 }
 
 /* Allocates and touches the blocks, frees the even ones, trims. Returns the

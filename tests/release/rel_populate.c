@@ -58,10 +58,7 @@ static void trap_populate(void) {
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
-    struct sock_fprog program = {sizeof filter / sizeof filter[0], filter};
-    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
-        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
-        REL_SKIPF("cannot install a seccomp filter: %s", strerror(errno));
+    rel_seccomp_install(filter, sizeof filter / sizeof filter[0]);
 }
 
 static void fill(unsigned char *p, size_t n, unsigned seed) {

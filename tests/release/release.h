@@ -10,13 +10,17 @@
 #define TIDEMALLOC_RELEASE_TESTS_H
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "tidemalloc.h"
@@ -46,6 +50,16 @@
         fflush(stdout);                                                                            \
         _exit(REL_SKIP);                                                                           \
     } while (0)
+
+/* Installs a seccomp filter of `length` instructions on this process (and
+ * the threads and children it makes next); skips the test where the kernel
+ * or a container refuses it. */
+static inline void rel_seccomp_install(struct sock_filter *filter, unsigned short length) {
+    struct sock_fprog program = {length, filter};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 ||
+        prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &program) != 0)
+        REL_SKIPF("cannot install a seccomp filter: %s", strerror(errno));
+}
 
 typedef void (*rel_stats_fn)(struct tidemalloc_stats *);
 
