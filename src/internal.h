@@ -96,6 +96,8 @@ struct options {
     bool background_purge;   /* a helper thread releases memory of idle processes */
     bool batched_release;    /* a pass's ranges go back in one process_madvise call;
                                 cleared when the kernel refuses one */
+    bool populate;           /* realloc's copy populates the untouched pages it will
+                                write (os_populate); cleared when the kernel refuses */
     bool print_stats;        /* TIDEMALLOC_STATS=1: summary at exit */
     uint32_t purge_delay_ms; /* how long free memory stays before release */
     uint32_t retain_percent; /* free slices kept past the threshold: % of in use (0: off) */

@@ -27,6 +27,7 @@ struct options g_options = {
     .aggressive_madvise = false,
     .background_purge = true,
     .batched_release = true,
+    .populate = true,
     .print_stats = false,
     .purge_delay_ms = DEFAULT_PURGE_DELAY_MS,
     .retain_percent = DEFAULT_RETAIN_PERCENT,
@@ -137,6 +138,10 @@ RARE static int set_option(int param, long value) {
         if (value != 0 && value != 1) return 0;
         OPTION_SET(batched_release, value == 1);
         return 1;
+    case M_POPULATE:
+        if (value != 0 && value != 1) return 0;
+        OPTION_SET(populate, value == 1);
+        return 1;
     case M_RETAIN_PERCENT:
         if (value < 0 || value > 10000) return 0;
         OPTION_SET(retain_percent, (uint32_t)value);
@@ -220,6 +225,7 @@ static const struct tunable tunables[] = {
     {"TIDEMALLOC_BACKGROUND_PURGE", NULL, M_BACKGROUND_PURGE, ANY_SIZE},
     {"TIDEMALLOC_RETAIN_PERCENT", NULL, M_RETAIN_PERCENT, ANY_SIZE},
     {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE, ANY_SIZE},
+    {"TIDEMALLOC_POPULATE", NULL, M_POPULATE, ANY_SIZE},
 };
 
 RARE static void apply(const struct tunable *t, const char *value, size_t length) {

@@ -179,17 +179,15 @@ uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) {
  * 10 µs a page here on 2026-12-05, against 0.6 µs populated (and 4.7 at the
  * first write, which both pay): a 4 MiB copy into a fresh mapping took 10.8
  * ms, 5.9 populated. A kernel or a seccomp filter that refuses the advice
- * (EINVAL before 5.14, ENOSYS, EPERM) turns it off for good: the copy
- * faults as before. It counts with the advice calls: it releases nothing. */
-static _Atomic bool populate_refused;
-
+ * (EINVAL before 5.14, ENOSYS, EPERM) sets M_POPULATE to 0: the copy
+ * faults as before, as when a user sets it for a filter that kills the
+ * process instead. It counts with the advice calls: it releases nothing. */
 WARM void os_populate(void *address, size_t size) {
-    /* relaxed: a switch; a stale false costs one more refused call */
-    if (atomic_load_explicit(&populate_refused, memory_order_relaxed)) return;
+    /* relaxed (OPTION): a switch; a stale 1 costs one more refused call */
+    if (!OPTION(populate)) return;
     COUNT(advice_calls, 1);
     long r = raw_syscall6(SYS_madvise, (long)address, (long)size, MADV_POPULATE_WRITE, 0, 0, 0);
-    if (r == -EINVAL || r == -ENOSYS || r == -EPERM)
-        atomic_store_explicit(&populate_refused, true, memory_order_relaxed);
+    if (r == -EINVAL || r == -ENOSYS || r == -EPERM) OPTION_SET(populate, false);
 }
 
 WARM void *os_remap(void *address, size_t old_size, size_t new_size) {

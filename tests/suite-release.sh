@@ -241,6 +241,9 @@ run batched-release-off-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_batched_rel
 run populate-copy TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_PURGE_DELAY_MS=60000 -- rel_populate default
 run populate-copy-refused TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_populate refused
 run populate-copy-secure TIDEMALLOC_BACKGROUND_PURGE=0 MALLOC_CHECK_=3 -- rel_populate checked
+# switched off, for a seccomp filter that kills on MADV_POPULATE_WRITE
+run populate-copy-off-env TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_POPULATE=0 -- rel_populate off env
+run populate-copy-off-mallopt TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_populate off mallopt
 
 # g. Bounded release syscalls under a hostile pattern.
 run hostile-trim0-delay0 MALLOC_TRIM_THRESHOLD_=0 TIDEMALLOC_PURGE_DELAY_MS=0 -- rel_hostile

@@ -14,7 +14,15 @@
  *   rel_populate refused   the first call fails with EPERM: the copy still
  *                          keeps its contents, and the refusal is kept (the
  *                          next fresh copy makes no call)
- *   rel_populate checked   MALLOC_CHECK_=3 (secure mode): no call */
+ *   rel_populate checked   MALLOC_CHECK_=3 (secure mode): no call
+ *   rel_populate off env|mallopt
+ *                          M_POPULATE 0 (TIDEMALLOC_POPULATE=0 in the
+ *                          environment, which the suite sets, or mallopt):
+ *                          a filter that kills the process at its first
+ *                          populate call, and the process lives through a
+ *                          fresh copy (a child with it on dies of SIGSYS:
+ *                          the control). mallopt also refuses values other
+ *                          than 0 and 1 */
 #include <errno.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
@@ -23,6 +31,7 @@
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <ucontext.h>
 
 #include "release.h"
@@ -43,19 +52,21 @@ static void on_sigsys(int sig, siginfo_t *info, void *context) {
     uc->uc_mcontext.gregs[REG_RAX] = refuse ? -EPERM : 0;
 }
 
-/* madvise(..., MADV_POPULATE_WRITE) raises SIGSYS; everything else runs. */
-static void trap_populate(void) {
+/* madvise(..., MADV_POPULATE_WRITE) raises SIGSYS (kill: ends the
+ * process); everything else runs. */
+static void trap_populate(int kill) {
     struct sigaction action;
     memset(&action, 0, sizeof action);
     action.sa_sigaction = on_sigsys;
     action.sa_flags = SA_SIGINFO;
     REL_CHECK(sigaction(SIGSYS, &action, NULL) == 0, "sigaction failed");
+    unsigned verdict = kill ? SECCOMP_RET_KILL_PROCESS : SECCOMP_RET_TRAP;
     struct sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_madvise, 0, 3),
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, MADV_POPULATE_WRITE_ADVICE, 0, 1),
-        BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_TRAP),
+        BPF_STMT(BPF_RET | BPF_K, verdict),
         BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
     };
     rel_seccomp_install(filter, sizeof filter / sizeof filter[0]);
@@ -100,13 +111,38 @@ static int grow_calls(size_t size, unsigned seed, const char *what) {
 
 int main(int argc, char **argv) {
     const char *mode = argc >= 2 ? argv[1] : "";
+    int off = strcmp(mode, "off") == 0 && argc >= 3;
     if (strcmp(mode, "default") != 0 && strcmp(mode, "refused") != 0 &&
-        strcmp(mode, "checked") != 0) {
-        fprintf(stderr, "usage: rel_populate default | refused | checked\n");
+        strcmp(mode, "checked") != 0 && !off) {
+        fprintf(stderr, "usage: rel_populate default | refused | checked | off env|mallopt\n");
         return 2;
     }
     rel_stats(); /* skips under another allocator */
-    trap_populate();
+    if (off) {
+        if (strcmp(argv[2], "mallopt") == 0) {
+            REL_CHECK(mallopt(M_POPULATE, 2) == 0 && mallopt(M_POPULATE, -1) == 0,
+                      "mallopt(M_POPULATE) accepted a value other than 0 and 1");
+            REL_CHECK(mallopt(M_POPULATE, 0) == 1, "mallopt(M_POPULATE, 0) refused");
+        }
+        /* the control: with it on, the same filter ends a child */
+        pid_t child = fork();
+        REL_CHECK(child >= 0, "fork failed");
+        if (child == 0) {
+            mallopt(M_POPULATE, 1);
+            trap_populate(1);
+            grow_calls((size_t)100 << 10, 8, "control");
+            _exit(0);
+        }
+        int status = 0;
+        REL_CHECK(waitpid(child, &status, 0) == child, "waitpid failed");
+        REL_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS,
+                  "control: populate on, the filter did not end the child (status %#x)", status);
+        trap_populate(1); /* a populate call now ends this process */
+        grow_calls((size_t)100 << 10, 9, "populate off");
+        REL_FIGURES("populate_off=%s", argv[2]);
+        return 0;
+    }
+    trap_populate(0);
     if (strcmp(mode, "checked") == 0) {
         int calls = grow_calls((size_t)100 << 10, 1, "secure mode");
         REL_CHECK(calls == 0, "secure mode: %d populate calls, expected none", calls);
