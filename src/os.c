@@ -175,13 +175,14 @@ uint64_t os_release_ranges(const struct iovec *ranges, unsigned count) {
 /* A copy is about to write every page of [address, address + size), pages
  * that are not resident: one system call makes them present, where the
  * copy would fault on each. A fault costs an exception on top of the
- * kernel's work, and on a guest with shadow page tables that is most of it:
- * 10 µs a page here on 2026-12-05, against 0.6 µs populated (and 4.7 at the
- * first write, which both pay): a 4 MiB copy into a fresh mapping took 10.8
- * ms, 5.9 populated. A kernel or a seccomp filter that refuses the advice
- * (EINVAL before 5.14, ENOSYS, EPERM) sets M_POPULATE to 0: the copy
- * faults as before, as when a user sets it for a filter that kills the
- * process instead. It counts with the advice calls: it releases nothing. */
+ * kernel's work, and on a guest with shadow page tables that is much of it:
+ * here on 2026-12-05 a fault took 10 µs a page, populating 0.6, and the
+ * first write to a present page 4.7 either way (the hypervisor's share): a
+ * 4 MiB copy into a fresh mapping took 10.8 ms, 5.9 populated. A kernel
+ * or a seccomp filter that refuses the advice (EINVAL before 5.14, ENOSYS,
+ * EPERM) sets M_POPULATE to 0: the copy faults as before, as when a user
+ * sets it for a filter that kills the process instead. It counts with the
+ * advice calls: it releases nothing. */
 WARM void os_populate(void *address, size_t size) {
     /* relaxed (OPTION): a switch; a stale 1 costs one more refused call */
     if (!OPTION(populate)) return;
