@@ -169,8 +169,12 @@ static inline bool realloc_fits(size_t size, size_t usable) {
 WARM static NOINLINE void populate_for_copy(void *fresh, size_t copy) {
     if (OPTION(checked)) return;
     uintptr_t start = (uintptr_t)fresh;
-    uintptr_t clean =
-        segment_map_contains(start) ? large_clean_from(fresh) : huge_clean_from(fresh);
+    uintptr_t clean;
+    size_t usable;
+    if (segment_map_contains(start))
+        clean = large_clean_from(fresh);
+    else if (!huge_usable_size(fresh, &usable, &clean))
+        return;
     if (clean == UINTPTR_MAX) return;
     if (clean < start) clean = start;
     uintptr_t end = (start + copy + OS_PAGE_SIZE - 1) & ~(uintptr_t)(OS_PAGE_SIZE - 1);

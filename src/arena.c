@@ -44,7 +44,7 @@ struct arena_block {
     bool retain;          /* taken under the mmap threshold: its free moves no threshold */
     uint32_t dirty_pages; /* when handed out, the pages from start up to the last one
                              that may have been resident; those after read as zero
-                             (realloc's copy populates them: arena_clean_from) */
+                             (realloc's copy populates them: arena_usable_size) */
 };
 
 #define CHUNK_EXTENTS_MAX 1024
@@ -565,20 +565,14 @@ WARM int arena_free(void *p, size_t *size, bool *retain) {
     return ARENA_DONE;
 }
 
-WARM int arena_usable_size(const void *p, size_t *usable) {
+WARM int arena_usable_size(const void *p, size_t *usable, uintptr_t *clean_from) {
     struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
     if (c == NULL) return ARENA_NONE;
     struct arena_block *found = block_find(c, (uintptr_t)p);
-    if (found) *usable = found->size;
-    spin_unlock(&c->lock);
-    return found ? ARENA_DONE : ARENA_NO;
-}
-
-WARM int arena_clean_from(const void *p, uintptr_t *clean_from) {
-    struct arena_chunk *c = chunk_lock_holding((uintptr_t)p);
-    if (c == NULL) return ARENA_NONE;
-    struct arena_block *found = block_find(c, (uintptr_t)p);
-    if (found) *clean_from = found->start + (uintptr_t)found->dirty_pages * OS_PAGE_SIZE;
+    if (found) {
+        *usable = found->size;
+        if (clean_from) *clean_from = found->start + (uintptr_t)found->dirty_pages * OS_PAGE_SIZE;
+    }
     spin_unlock(&c->lock);
     return found ? ARENA_DONE : ARENA_NO;
 }

@@ -308,7 +308,7 @@ API void __libc_free(void *p) __attribute__((alias("free"), copy(free)));
 size_t block_usable_size(const void *p, const char *message) {
     if (!segment_map_contains((uintptr_t)p)) {
         size_t usable;
-        if (!huge_usable_size(p, &usable)) report_invalid_pointer(p, message);
+        if (!huge_usable_size(p, &usable, NULL)) report_invalid_pointer(p, message);
         return usable;
     }
     struct page *page = page_of_block((void *)p, message);

@@ -259,29 +259,22 @@ RARE bool huge_recently_freed(const void *p) {
     return found;
 }
 
-WARM bool huge_usable_size(const void *p, size_t *usable) {
-    int in_arena = arena_usable_size(p, usable);
+/* clean_from (NULL: not wanted): where the block, as it was handed out,
+ * starts to hold pages that read as zeros and are not resident (UINTPTR_MAX:
+ * none known), for realloc's copy (populate_for_copy): a mapping of its own
+ * is fresh but on huge pages or guarded, an arena block keeps its own. */
+WARM bool huge_usable_size(const void *p, size_t *usable, uintptr_t *clean_from) {
+    if (clean_from) *clean_from = UINTPTR_MAX;
+    int in_arena = arena_usable_size(p, usable, clean_from);
     if (in_arena != ARENA_NONE) return in_arena == ARENA_DONE;
     spin_lock(&g_huge_lock);
     struct huge_entry *found = table_find((uintptr_t)p);
-    if (found)
+    if (found) {
         *usable = found->guarded ? found->requested : found->base + found->map_size - found->user;
+        if (clean_from && !found->hugetlb && !found->guarded) *clean_from = found->user;
+    }
     spin_unlock(&g_huge_lock);
     return found != NULL;
-}
-
-/* Where the block at p, just handed out, starts to hold pages that read as
- * zeros and are not resident (UINTPTR_MAX: none known): its own mapping is
- * fresh but for huge pages, an arena block says (arena_clean_from). */
-WARM uintptr_t huge_clean_from(const void *p) {
-    uintptr_t clean = UINTPTR_MAX;
-    int in_arena = arena_clean_from(p, &clean);
-    if (in_arena != ARENA_NONE) return in_arena == ARENA_DONE ? clean : UINTPTR_MAX;
-    spin_lock(&g_huge_lock);
-    struct huge_entry *found = table_find((uintptr_t)p);
-    if (found && !found->hugetlb && !found->guarded) clean = found->user;
-    spin_unlock(&g_huge_lock);
-    return clean;
 }
 
 /* Grows the mapping with mremap (in place when the kernel can, else it moves

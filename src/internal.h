@@ -655,8 +655,8 @@ void heap_freed_block_check(struct page *page, struct block *b, const char *mess
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
 void *huge_alloc_guarded(size_t size, size_t alignment) INTERNAL; /* secure mode */
 bool huge_free(void *p) INTERNAL;                                 /* false: not ours */
-bool huge_usable_size(const void *p, size_t *usable) INTERNAL;    /* false: not ours */
-uintptr_t huge_clean_from(const void *p) INTERNAL;                /* realloc's copy: see huge.c */
+/* false: not ours; clean_from: see huge.c */
+bool huge_usable_size(const void *p, size_t *usable, uintptr_t *clean_from) INTERNAL;
 /* among the last 64 huge blocks freed of their kind (arena chunk, own mapping) */
 bool huge_recently_freed(const void *p) INTERNAL;
 void *huge_realloc(void *p, size_t size) INTERNAL; /* NULL: could not, p untouched */
@@ -685,9 +685,8 @@ void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool retain
  * back; ARENA_NO: the caller copies. */
 enum { ARENA_NONE, ARENA_NO, ARENA_DONE };
 int arena_free(void *p, size_t *size, bool *retain) INTERNAL;
-int arena_usable_size(const void *p, size_t *usable) INTERNAL;
-/* where the block at p, as it was handed out, starts to read as zeros, not resident */
-int arena_clean_from(const void *p, uintptr_t *clean_from) INTERNAL;
+/* clean_from (or NULL): where the block, as handed out, starts to read as zeros, not resident */
+int arena_usable_size(const void *p, size_t *usable, uintptr_t *clean_from) INTERNAL;
 int arena_resize(void *p, size_t size) INTERNAL;
 bool arena_recently_freed(const void *p) INTERNAL; /* among its chunk's last 64 freed */
 /* its thread exits (lock), or a fork child forgets the threads (no lock) */
