@@ -259,19 +259,29 @@ static void exit_heap_forget(void) {
 
 /* Collects what other threads freed where that empties a page (every list
  * when exiting) and gives empty pages back. Returns the pages it looked at. */
-static uint32_t heap_collect(struct heap *heap, bool exiting) {
-    /* first: a batch may hold this heap's own blocks (a segment it adopted) */
-    remote_batches_flush(heap);
-    uint32_t visited = 0;
+/* Large pages whose block another thread freed go back to their segments
+ * (such a block waits on its page's list until a collect). Adds the pages
+ * looked at to *visited; returns those given back. */
+uint32_t heap_large_pages_collect(struct heap *heap, uint32_t *visited) {
+    uint32_t freed = 0;
     for (struct page *page = heap->large_pages, *next; page; page = next) {
         next = page->next;
-        visited++;
+        (*visited)++;
         page_collect_if_empties(page);
         if (page->used == 0) {
             large_remove(heap, page);
             segment_page_free(heap, page);
+            freed++;
         }
     }
+    return freed;
+}
+
+static uint32_t heap_collect(struct heap *heap, bool exiting) {
+    /* first: a batch may hold this heap's own blocks (a segment it adopted) */
+    remote_batches_flush(heap);
+    uint32_t visited = 0;
+    heap_large_pages_collect(heap, &visited);
     /* Full pages first: freed if empty, else back to the queue if blocks
      * came back, where the walk below sees them. */
     for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {

@@ -495,6 +495,16 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
      * maps one (the soak saw malloc(3.6 MiB) fail with ENOMEM without it). */
     /* blocks this thread freed may empty a segment that it could adopt */
     remote_batches_flush(heap);
+    /* Large blocks that other threads freed wait on their pages until a
+     * collect, every COLLECT_INTERVAL slow paths: reuse their slices before
+     * taking a segment. (The exit heap, whose every free is remote, took the
+     * cached segments one after another: 5 of them full of freed 200 KB
+     * blocks in test_tsd_exit, whose threads then mapped new ones.) */
+    uint32_t visited = 0;
+    if (heap_large_pages_collect(heap, &visited) != 0) {
+        page = owned_take_run(heap, count, cls, 0);
+        if (page) return page;
+    }
     static const enum segment_source sources[] = {SEGMENT_ANY, SEGMENT_ANY, SEGMENT_CACHED_OR_NEW,
                                                   SEGMENT_NEW};
     for (unsigned attempt = 0; attempt < sizeof sources / sizeof sources[0]; attempt++) {
