@@ -15,12 +15,17 @@
  *                                        callocs 64 KiB-4 MiB there, then
  *                                        touches one byte of it (MODE sparse)
  *                                        or writes all of it (dense)
+ *   patterns handoff KIB ROUNDS          a thread allocates ROUNDS blocks of KIB
+ *                                        KiB and fills them; another frees
+ *                                        them, through a ring of 8 slots
  *
  * Fixed work and fixed seeds; the time is the caller's to take (bench/run.py,
  * /usr/bin/time), so the program prints only a checksum (and, for threads,
  * the resident set). */
 #include "common.h"
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 
 static int realloc_grow(long mib, long step, long reps) {
@@ -147,6 +152,46 @@ static int calloc_large(const char *mode, long steps) {
     return 0;
 }
 
+/* Buffers handed from a producer to a consumer that frees them: every free
+ * of the producer's blocks is another thread's. */
+enum { HANDOFF_RING = 8 };
+static _Atomic(unsigned char *) handoff_ring[HANDOFF_RING];
+static long handoff_rounds;
+static size_t handoff_size;
+
+static void *handoff_consumer(void *arg) {
+    uint64_t *sum = arg;
+    for (long i = 0; i < handoff_rounds; i++) {
+        unsigned char *p;
+        while ((p = atomic_exchange_explicit(&handoff_ring[i % HANDOFF_RING], NULL,
+                                             memory_order_acquire)) == NULL)
+            sched_yield();
+        *sum += p[handoff_size - 1];
+        free(p);
+    }
+    return NULL;
+}
+
+static int handoff(long kib, long rounds) {
+    if (kib < 1 || rounds < 1) return 2;
+    handoff_size = (size_t)kib << 10;
+    handoff_rounds = rounds;
+    uint64_t sum = 0;
+    pthread_t consumer;
+    if (pthread_create(&consumer, NULL, handoff_consumer, &sum) != 0) return 1;
+    for (long i = 0; i < rounds; i++) {
+        unsigned char *p = xmalloc(handoff_size);
+        memset(p, (int)i, handoff_size);
+        _Atomic(unsigned char *) *slot = &handoff_ring[i % HANDOFF_RING];
+        while (atomic_load_explicit(slot, memory_order_acquire) != NULL)
+            sched_yield();
+        atomic_store_explicit(slot, p, memory_order_release);
+    }
+    pthread_join(consumer, NULL);
+    printf("handoff sum=%llu\n", (unsigned long long)sum);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     if (strcmp(what, "realloc-grow") == 0)
@@ -161,7 +206,10 @@ int main(int argc, char **argv) {
         return aligned(arg_long(argc, argv, 2, 64), arg_long(argc, argv, 3, 40000));
     if (strcmp(what, "calloc-large") == 0)
         return calloc_large(argc > 2 ? argv[2] : "sparse", arg_long(argc, argv, 3, 4000));
+    if (strcmp(what, "handoff") == 0)
+        return handoff(arg_long(argc, argv, 2, 200), arg_long(argc, argv, 3, 2000));
     fprintf(stderr, "usage: patterns realloc-grow MIB STEP REPS | large-heap LIVE STEPS | "
-                    "threads N OBJS CLASSES | aligned ALIGN ROUNDS | calloc-large MODE STEPS\n");
+                    "threads N OBJS CLASSES | aligned ALIGN ROUNDS | calloc-large MODE STEPS | "
+                    "handoff KIB ROUNDS\n");
     return 2;
 }

@@ -59,6 +59,18 @@ static inline void free_local(struct segment *segment, struct page *page, struct
 static NOINLINE void remote_page_filled(struct page *page, uintptr_t word, uint64_t page_bytes) {
     __atomic_store_n(&page->reclaim_seen, word, __ATOMIC_RELAXED);
     __atomic_store_n(&page->reclaim_seen_ms, clock_ms(), __ATOMIC_RELAXED);
+    /* A list of one block is a large page's (class pages hold several): its
+     * owner takes the slices back at its next large malloc
+     * (heap_malloc_large). The page's fields are not read: its owner may
+     * have collected it and set it up anew. Relaxed: a segment changing
+     * hands meanwhile only sends one flag astray, to a heap that then walks
+     * its large pages for nothing. */
+    if (thread_free_count(word) == 1) {
+        struct heap *owner = __atomic_load_n(&segment_of(page)->heap, __ATOMIC_RELAXED);
+        /* release: the owner's acquire exchange sees our push with the flag */
+        if (owner != NULL)
+            atomic_store_explicit(&owner->large_freed_remotely, 1, memory_order_release);
+    }
     remote_freed_page_note(page_bytes, true);
     purge_after_free();
 }

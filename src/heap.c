@@ -105,8 +105,11 @@ static struct heap *heap_struct_alloc(void) {
     if (heap) {
         heap_free_list = heap->next_heap;
         /* cleared under the lock: a purger reads a recycled heap's slow-path
-         * counts through a segment it owned (purge.c, reclaim_idle_owners) */
-        memset(heap, 0, sizeof *heap);
+         * counts through a segment it owned (purge.c, reclaim_idle_owners);
+         * the flag atomically, as a late free of the old owner's large block
+         * may set it (then the new owner walks its large pages once) */
+        memset(heap, 0, offsetof(struct heap, large_freed_remotely));
+        atomic_store_explicit(&heap->large_freed_remotely, 0, memory_order_relaxed);
     } else {
         size_t size = (sizeof(struct heap) + 63) & ~(size_t)63;
         if (heap_pool == NULL || heap_pool + size > heap_pool_end) {
@@ -644,6 +647,16 @@ static void large_clear_dirty(const struct page *page, size_t size) {
 
 static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     unsigned slices = slices_for_size(size);
+    /* Large blocks that other threads freed wait on their pages: take them
+     * back first (a thread whose buffers another one frees otherwise took
+     * fresh slices for each until the periodic collect: `patterns handoff`) */
+    /* relaxed peek, then an acquire exchange: it pairs with the release
+     * store of the push it reads, and a flag set after it stays set */
+    if (unlikely(atomic_load_explicit(&heap->large_freed_remotely, memory_order_relaxed)) &&
+        atomic_exchange_explicit(&heap->large_freed_remotely, 0, memory_order_acquire)) {
+        uint32_t visited = 0;
+        heap_large_pages_collect(heap, &visited);
+    }
     /* Straight from the segment, where freed large pages went (heap_page_empty). */
     struct page *page = segment_page_alloc(heap, slices, LARGE_CLASS);
     if (page == NULL) return NULL;
