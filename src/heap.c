@@ -260,8 +260,6 @@ static void exit_heap_forget(void) {
     exit_heap = NULL;
 }
 
-/* Collects what other threads freed where that empties a page (every list
- * when exiting) and gives empty pages back. Returns the pages it looked at. */
 /* Large pages whose block another thread freed go back to their segments
  * (such a block waits on its page's list until a collect). Adds the pages
  * looked at to *visited; returns those given back. */
@@ -280,6 +278,8 @@ uint32_t heap_large_pages_collect(struct heap *heap, uint32_t *visited) {
     return freed;
 }
 
+/* Collects what other threads freed where that empties a page (every list
+ * when exiting) and gives empty pages back. Returns the pages it looked at. */
 static uint32_t heap_collect(struct heap *heap, bool exiting) {
     /* first: a batch may hold this heap's own blocks (a segment it adopted) */
     remote_batches_flush(heap);
@@ -649,9 +649,9 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     unsigned slices = slices_for_size(size);
     /* Large blocks that other threads freed wait on their pages: take them
      * back first (a thread whose buffers another one frees otherwise took
-     * fresh slices for each until the periodic collect: `patterns handoff`) */
-    /* relaxed peek, then an acquire exchange: it pairs with the release
-     * store of the push it reads, and a flag set after it stays set */
+     * fresh slices for each until the periodic collect: `patterns handoff`).
+     * A relaxed peek, then an acquire exchange: it pairs with the release
+     * store after the push it reads, and a flag set after it stays set. */
     if (unlikely(atomic_load_explicit(&heap->large_freed_remotely, memory_order_relaxed)) &&
         atomic_exchange_explicit(&heap->large_freed_remotely, 0, memory_order_acquire)) {
         uint32_t visited = 0;

@@ -217,11 +217,12 @@ struct heap {
         struct block *first; /* the newest block; links lead to `last` */
         struct block *last;  /* the oldest block; linked when the batch is pushed */
     } remote_batches[REMOTE_BATCH_SLOTS];
-    /* Set (release) by a thread whose free filled the list of one of this
-     * heap's large pages, cleared by the owner (acquire load), which then
-     * collects its large pages at its next large malloc: a line of its own,
-     * since other threads write it. A heap recycled meanwhile at worst walks
-     * its list once for nothing (heap structures are never unmapped). */
+    /* Set (release store) by a thread whose free filled the list of one of
+     * this heap's large pages, cleared by the owner (acquire exchange), which
+     * then collects its large pages at its next large malloc: a line of its
+     * own, since other threads write it. A heap recycled meanwhile at worst
+     * walks its list once for nothing (heap structures are never unmapped);
+     * heap_struct_alloc clears it atomically, and stops its memset before it. */
     _Atomic uint8_t large_freed_remotely __attribute__((aligned(64)));
 };
 
