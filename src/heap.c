@@ -262,12 +262,12 @@ static void exit_heap_forget(void) {
 
 /* Large pages whose block another thread freed go back to their segments
  * (such a block waits on its page's list until a collect). Adds the pages
- * looked at to *visited; returns those given back. */
+ * looked at to *visited (NULL: not counted); returns those given back. */
 uint32_t heap_large_pages_collect(struct heap *heap, uint32_t *visited) {
     uint32_t freed = 0;
     for (struct page *page = heap->large_pages, *next; page; page = next) {
         next = page->next;
-        (*visited)++;
+        if (visited) (*visited)++;
         page_collect_if_empties(page);
         if (page->used == 0) {
             large_remove(heap, page);
@@ -653,10 +653,8 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
      * A relaxed peek, then an acquire exchange: it pairs with the release
      * store after the push it reads, and a flag set after it stays set. */
     if (unlikely(atomic_load_explicit(&heap->large_freed_remotely, memory_order_relaxed)) &&
-        atomic_exchange_explicit(&heap->large_freed_remotely, 0, memory_order_acquire)) {
-        uint32_t visited = 0;
-        heap_large_pages_collect(heap, &visited);
-    }
+        atomic_exchange_explicit(&heap->large_freed_remotely, 0, memory_order_acquire))
+        heap_large_pages_collect(heap, NULL);
     /* Straight from the segment, where freed large pages went (heap_page_empty). */
     struct page *page = segment_page_alloc(heap, slices, LARGE_CLASS);
     if (page == NULL) return NULL;

@@ -647,7 +647,7 @@ bool heap_large_grow(void *p, size_t size) INTERNAL;   /* false: p untouched */
 bool heap_large_shrink(void *p, size_t size) INTERNAL; /* false: p untouched */
 void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
 /* large pages that other threads emptied back to their segments: returns how
- * many; adds the pages looked at to *visited */
+ * many; adds the pages looked at to *visited (or NULL) */
 uint32_t heap_large_pages_collect(struct heap *heap, uint32_t *visited) INTERNAL;
 void heap_young_end(struct heap *heap) INTERNAL; /* owner: fine classes from now on */
 void heap_class_tables_refresh(void) INTERNAL;   /* after g_class_of_small changed */

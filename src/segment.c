@@ -500,8 +500,7 @@ struct page *segment_page_alloc(struct heap *heap, unsigned count, unsigned cls)
      * taking a segment. (The exit heap, whose every free is remote, took the
      * cached segments one after another: 5 of them full of freed 200 KB
      * blocks in test_tsd_exit, whose threads then mapped new ones.) */
-    uint32_t visited = 0;
-    if (heap_large_pages_collect(heap, &visited) != 0) {
+    if (heap_large_pages_collect(heap, NULL) != 0) {
         page = owned_take_run(heap, count, cls, 0);
         if (page) return page;
     }
