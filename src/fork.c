@@ -11,7 +11,6 @@
 #include "internal.h"
 
 extern struct spin_lock g_purge_lock INTERNAL;
-extern struct spin_lock g_exit_heap_lock INTERNAL;
 
 /* What fork_prepare took: 0 nothing (fork from a signal handler that
  * interrupted this thread inside one of our locks: waiting would deadlock,

@@ -2,7 +2,8 @@
  * that the fast paths need. Layering (a file may call those below it):
  *
  *   api: alloc.c free.c (public entry points), stats.c, options.c (mallopt)
- *   heap.c     thread heaps, class queues, slow paths, thread exit
+ *   heap.c     thread heaps, class queues, slow paths
+ *   heap_exit.c  a thread's exit, the exit heap, heaps a fork leaves behind
  *   page.c     carving pages into blocks, collecting remote frees
  *   segment.c  segments, slice bitmaps, registry, abandoned list
  *   segment_release.c  free slices back to the kernel, in batches
@@ -653,6 +654,20 @@ void heap_young_end(struct heap *heap) INTERNAL; /* owner: fine classes from now
 void heap_class_tables_refresh(void) INTERNAL;   /* after g_class_of_small changed */
 struct heap *heap_for_thread(void) INTERNAL;     /* creates this thread's heap if needed */
 void heap_freed_block_check(struct page *page, struct block *b, const char *message) INTERNAL;
+/* a heap owned by `id` (a thread's: may be young), on the heaps list; NULL
+ * when out of memory */
+struct heap *heap_create(uint64_t id, bool may_be_young) INTERNAL;
+void heap_struct_recycle(struct heap *heap) INTERNAL; /* heaps lock held: off the live list */
+/* what other threads freed where that empties a page (every list when
+ * exiting), and empty pages given back: returns the pages looked at */
+uint32_t heap_collect(struct heap *heap, bool exiting) INTERNAL;
+
+/* ---- heap_exit.c ---- */
+extern __thread uint8_t t_heap_exited __attribute__((tls_model("initial-exec"))) INTERNAL;
+extern struct spin_lock g_exit_heap_lock INTERNAL;
+void heap_thread_exit(void *heap) INTERNAL; /* the heap key's destructor */
+/* a thread past its heap's exit: malloc (alignment 0) or an aligned block */
+void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) INTERNAL;
 
 /* ---- huge.c ---- */
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;

@@ -47,15 +47,37 @@ static inline bool spin_try_lock(struct spin_lock *lock) {
  * files, and the library's code a page more in every process. */
 void spin_lock_contended(struct spin_lock *lock) __attribute__((visibility("hidden")));
 
-static inline void spin_lock(struct spin_lock *lock) {
+static inline void spin_lock_inline(struct spin_lock *lock) {
     if (__builtin_expect(spin_try_lock(lock), 1)) return;
     spin_lock_contended(lock);
 }
 
-static inline void spin_unlock(struct spin_lock *lock) {
+static inline void spin_unlock_inline(struct spin_lock *lock) {
     atomic_store_explicit(&lock->held, 0, memory_order_release);
     atomic_signal_fence(memory_order_seq_cst);
     if (!on_purger_stack()) t_locks_held--;
+}
+
+/* Files built for size (the Makefile's COLD_SRCS) call one shared copy
+ * (lock.c): gcc kept an out-of-line copy of each function in every such
+ * file, eleven of each, 1.2 KiB of the code that every program maps. */
+void spin_lock_shared(struct spin_lock *lock) __attribute__((visibility("hidden")));
+void spin_unlock_shared(struct spin_lock *lock) __attribute__((visibility("hidden")));
+
+static inline void spin_lock(struct spin_lock *lock) {
+#ifdef __OPTIMIZE_SIZE__
+    spin_lock_shared(lock);
+#else
+    spin_lock_inline(lock);
+#endif
+}
+
+static inline void spin_unlock(struct spin_lock *lock) {
+#ifdef __OPTIMIZE_SIZE__
+    spin_unlock_shared(lock);
+#else
+    spin_unlock_inline(lock);
+#endif
 }
 
 #endif
