@@ -405,7 +405,7 @@ static inline uint64_t run_mask(unsigned first, unsigned count) {
 }
 /* Free resident slices join (add) or leave the retained memory. */
 void retained_slices_note(uint64_t slices_mask, bool add) INTERNAL;
-void retained_bytes_note(uint64_t bytes, bool add) INTERNAL; /* cached pages (heap.c) */
+void retained_bytes_note(uint64_t bytes, bool add) INTERNAL; /* cached pages (page_cache.c) */
 extern struct spin_lock g_registry_lock INTERNAL;
 extern struct segment *g_registry INTERNAL;
 extern struct spin_lock g_abandoned_lock INTERNAL;
