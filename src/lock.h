@@ -60,7 +60,7 @@ static inline void spin_unlock_inline(struct spin_lock *lock) {
 
 /* Files built for size (the Makefile's COLD_SRCS) call one shared copy
  * (lock.c): gcc kept an out-of-line copy of each function in every such
- * file, eleven of each, 1.2 KiB of the code that every program maps. */
+ * file, nine of each, 1 KiB of the code that every program maps. */
 void spin_lock_shared(struct spin_lock *lock) __attribute__((visibility("hidden")));
 void spin_unlock_shared(struct spin_lock *lock) __attribute__((visibility("hidden")));
 
