@@ -218,6 +218,18 @@ COLD struct heap *heap_create(uint64_t id, bool may_be_young) {
     return heap;
 }
 
+/* heap_create's undoing: off the heaps list, onto the recycle list. */
+COLD void heap_retire(struct heap *heap) {
+    spin_lock(&g_heaps_lock);
+    if (heap->prev_heap)
+        heap->prev_heap->next_heap = heap->next_heap;
+    else
+        g_heaps = heap->next_heap;
+    if (heap->next_heap) heap->next_heap->prev_heap = heap->prev_heap;
+    heap_struct_recycle(heap);
+    spin_unlock(&g_heaps_lock);
+}
+
 struct heap *heap_for_thread(void) {
     if (t_heap != &g_empty_heap) return t_heap;
     allocator_init();

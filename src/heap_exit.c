@@ -119,14 +119,7 @@ COLD void heap_thread_exit(void *arg) {
         *lists[l] = NULL;
     }
     arena_disown(heap, true); /* its arena chunk is for any thread now */
-    spin_lock(&g_heaps_lock);
-    if (heap->prev_heap)
-        heap->prev_heap->next_heap = heap->next_heap;
-    else
-        g_heaps = heap->next_heap;
-    if (heap->next_heap) heap->next_heap->prev_heap = heap->prev_heap;
-    heap_struct_recycle(heap);
-    spin_unlock(&g_heaps_lock);
+    heap_retire(heap);
     atomic_fetch_sub_explicit(&g_heap_count, 1, memory_order_relaxed); /* statistic */
     purge_after_free();
     errno = saved;

@@ -657,7 +657,9 @@ void heap_freed_block_check(struct page *page, struct block *b, const char *mess
 /* a heap owned by `id` (a thread's: may be young), on the heaps list; NULL
  * when out of memory */
 struct heap *heap_create(uint64_t id, bool may_be_young) INTERNAL;
-void heap_struct_recycle(struct heap *heap) INTERNAL; /* heaps lock held: off the live list */
+void heap_retire(struct heap *heap) INTERNAL; /* heap_create's undoing (its thread exited) */
+/* heaps lock held, the heap already off the live list: onto the recycle list */
+void heap_struct_recycle(struct heap *heap) INTERNAL;
 /* what other threads freed where that empties a page (every list when
  * exiting), and empty pages given back: returns the pages looked at */
 uint32_t heap_collect(struct heap *heap, bool exiting) INTERNAL;
