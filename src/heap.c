@@ -339,7 +339,23 @@ void heap_adopt_page(struct heap *heap, struct page *page) {
 
 /* ---- the slow paths ---- */
 
+static struct page *heap_find_page(struct heap *heap, unsigned cls);
+
 static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
+    /* A heap that owns no segment yet adopts one first, if one waits: its
+     * pages join the queues, and one of this class may have room. Taking a
+     * run for a new page before looking (segment_page_alloc adopts when it
+     * finds no room of its own) set up a second page of the class on the
+     * slice of another, whose next page then went on a third's: threads that
+     * allocate only small objects and exit in waves (`threadchurn` with its
+     * pointer array static) spread every class over every slice in turn,
+     * and each exit's trim gave back what the next thread carved again
+     * (27.6k page faults against 2.3k; 0.89 s against 0.53). */
+    if (heap->segments_avail == NULL && heap->segments_full == NULL &&
+        segment_try_adopt(heap) != NULL) {
+        heap_young_end(heap); /* as segment_acquire's adoption */
+        if (heap->pages_direct[cls] != &g_empty_page) return heap_find_page(heap, cls);
+    }
     bool reusable = false;
     struct page *page = page_cache_take(heap, cls, g_class_slices[cls], &reusable);
     if (page == NULL) page = segment_page_alloc(heap, g_class_slices[cls], cls);
