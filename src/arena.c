@@ -719,7 +719,7 @@ static unsigned release_batch_take(bool everything, uint32_t now, struct iovec *
     return count;
 }
 
-bool arena_release(bool everything, uint32_t now) {
+WARM static NOINLINE bool arena_release_chunks(bool everything, uint32_t now) {
     bool released = false;
     os_unmapping_begin();
     spin_lock(&g_huge_lock);
@@ -746,6 +746,14 @@ bool arena_release(bool everything, uint32_t now) {
     spin_unlock(&g_huge_lock);
     os_unmapping_end();
     return released;
+}
+
+/* Every purge pass comes here: a process that never made a chunk (no block
+ * over 256 KiB under the mmap threshold) returns at once, without mapping
+ * the warm code (tests/test_rare_code_apart.c). */
+bool arena_release(bool everything, uint32_t now) {
+    if (slots_used() == 0) return false;
+    return arena_release_chunks(everything, now);
 }
 
 /* ---- fork: after the huge lock, every chunk's, in slot order ---- */

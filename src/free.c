@@ -51,6 +51,15 @@ static inline void free_local(struct segment *segment, struct page *page, struct
         heap_page_empty(segment->heap, page);
 }
 
+bool free_shared_locked(struct segment *segment, struct page *page, struct block *b) {
+    block_link_set(b, page->free);
+    block_free_mark(b, page);
+    page->free = b;
+    if (!CHECKS_ON) __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
+    return --page->used == 0 && (page->next != page || page->slice_count > 1 || page->in_full) &&
+           heap_page_empty_quiet(segment->heap, page);
+}
+
 /* A remote free made the page's list hold every block: the page is free now,
  * and its owner may not come back for it. Count it with the retained memory
  * (purge.c), and date it for a purger. Stamping a descriptor that its owner
@@ -97,6 +106,11 @@ thread_free_push_list(struct page *page, struct block *first, struct block *last
     } while (!atomic_compare_exchange_weak_explicit(&page->thread_free, &old, word,
                                                     memory_order_release, memory_order_relaxed));
     if (unlikely(word >= full)) remote_page_filled(page, word, page_bytes);
+}
+
+WARM void thread_free_push_blocks(struct page *page, struct block *first, struct block *last,
+                                  uint32_t count) {
+    thread_free_push_list(page, first, last, count);
 }
 
 /* Pushes b on its page's thread_free list. */
@@ -237,6 +251,8 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
     struct heap *heap = t_heap;
     if (page->block_size <= REMOTE_BATCH_BLOCK_MAX && heap != &g_empty_heap)
         remote_batch_add(heap, page, b);
+    else if (page->class_index != LARGE_CLASS && heap != &g_empty_heap)
+        shared_class_free(heap, page, b);
     else
         thread_free_push(page, b);
 }

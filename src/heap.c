@@ -109,8 +109,9 @@ static struct heap *heap_struct_alloc(void) {
          * may set it (then the new owner walks its large pages once) */
         memset(heap, 0, offsetof(struct heap, large_freed_remotely));
         atomic_store_explicit(&heap->large_freed_remotely, 0, memory_order_relaxed);
+        memset(&((struct thread_heap *)heap)->caches, 0, sizeof(struct shared_caches));
     } else {
-        size_t size = (sizeof(struct heap) + 63) & ~(size_t)63;
+        size_t size = (sizeof(struct thread_heap) + 63) & ~(size_t)63;
         if (heap_pool == NULL || heap_pool + size > heap_pool_end) {
             spin_unlock(&g_heaps_lock);
             char *pool = os_map(SLICE_SIZE);
@@ -122,7 +123,7 @@ static struct heap *heap_struct_alloc(void) {
         /* fresh from the kernel, so zero already: not cleared, a page of the
          * pool is resident only where a heap uses it (three heaps filled
          * three pages; without the memset, two) */
-        heap = (struct heap *)heap_pool;
+        heap = &((struct thread_heap *)(void *)heap_pool)->heap;
         heap_pool += size;
     }
     spin_unlock(&g_heaps_lock);
@@ -459,8 +460,11 @@ static inline __attribute__((always_inline)) void *class_page_pop(struct page *p
 }
 
 /* NULL with errno ENOMEM if no page can be had */
-static void *heap_malloc_class(struct heap *heap, unsigned cls) {
+void *heap_malloc_class(struct heap *heap, unsigned cls) {
     if (cls == 0) cls = 1; /* class 0 stays empty: malloc(0) always comes here */
+    /* checked mode's blocks stay in their heap: its frees take their own path */
+    if (cls >= SHARED_CLASS_FIRST && heap->id != EXIT_HEAP_ID && !OPTION(checked))
+        return shared_class_malloc(heap, cls);
     struct page *page = heap->pages_direct[cls];
     if (page_list_empty(page)) {
         page = heap_find_page(heap, cls);
@@ -592,6 +596,13 @@ static inline __attribute__((always_inline)) void heap_slow_path_note(struct hea
     }
 }
 
+/* The shared heap (its lock held) counts each cache's give-back as a slow
+ * path: its periodic collect gives back the pages whose blocks all came
+ * back on their thread_free lists. */
+void heap_shared_slow_path_note(struct heap *heap) {
+    heap_slow_path_note(heap);
+}
+
 /* Every allocation that the inline fast path could not serve. */
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
     if (unlikely(heap == &g_empty_heap)) {
@@ -636,6 +647,7 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
  * path's own pop of it does. */
 void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
     if (unlikely(cls == 0 || heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
+    if (cls >= SHARED_CLASS_FIRST) return shared_class_malloc(heap, (unsigned)cls);
     heap_slow_path_note(heap);
     /* What heap_find_page's search finds at its second step, most of the
      * time (larson: 84% of the searches), found without its frame: the head
@@ -699,6 +711,13 @@ out_of_memory:
  * take 41 s in 422,721 madvise calls instead of 1.5 s. (Seed 001 released
  * only whole pages inside freed chunks, which a small block never holds.) */
 void heap_page_empty(struct heap *heap, struct page *page) {
+    if (heap_page_empty_quiet(heap, page)) purge_after_free(); /* last: it may start a thread */
+}
+
+/* heap_page_empty without the purge check, for a caller that holds a lock a
+ * purge's thread start might want (the exit heap's): true if the caller
+ * should call purge_after_free once it has let go. */
+bool heap_page_empty_quiet(struct heap *heap, struct page *page) {
     int saved = errno;
     if (page->class_index == LARGE_CLASS) {
         large_remove(heap, page);
@@ -707,7 +726,7 @@ void heap_page_empty(struct heap *heap, struct page *page) {
     } else {
         if (page->next == page && page->slice_count == 1) {
             errno = saved;
-            return;
+            return false;
         }
         queue_remove(&heap->pages_direct[page->class_index], page, &g_empty_page);
     }
@@ -718,8 +737,8 @@ void heap_page_empty(struct heap *heap, struct page *page) {
         segment_page_free(heap, page);
     else
         page_cache_push(heap, page);
-    purge_after_free(); /* last: it may start a thread, which allocates */
     errno = saved;
+    return true;
 }
 
 /* The block carries the free key: freed already (free: a double free;
@@ -742,6 +761,8 @@ RARE COLD void heap_freed_block_check(struct page *page, struct block *b, const 
 /* malloc_trim: the calling thread's empty pages go back before the purge. */
 RARE void heap_collect_current(void) {
     if (t_heap == &g_empty_heap) return;
+    shared_caches_release(t_heap);
+    shared_heap_collect();
     heap_collect(t_heap, false);
     page_cache_flush(t_heap, true);
 }

@@ -18,12 +18,18 @@
 struct spin_lock g_exit_heap_lock = SPIN_LOCK_INIT;
 static struct heap *exit_heap; /* exit heap lock */
 __thread uint8_t t_heap_exited __attribute__((tls_model("initial-exec")));
-#define EXIT_HEAP_ID 16 /* a thread id is its TLS address: never 16 */
+
+/* Exit heap lock held: the exit heap, made at its first use if `create`
+ * (NULL: none, or no memory) */
+struct heap *exit_heap_locked(bool create) {
+    if (exit_heap == NULL && create) exit_heap = heap_create(EXIT_HEAP_ID, false);
+    return exit_heap;
+}
 
 /* malloc (alignment 0) or an aligned allocation from the exit heap. */
 RARE COLD void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) {
     spin_lock(&g_exit_heap_lock);
-    if (exit_heap == NULL) exit_heap = heap_create(EXIT_HEAP_ID, false);
+    exit_heap_locked(true);
     void *p = exit_heap == NULL ? NULL
               : alignment       ? heap_malloc_aligned(exit_heap, alignment, size)
                                 : heap_malloc_generic(exit_heap, size, is_zero);
@@ -94,6 +100,7 @@ COLD void heap_thread_exit(void *arg) {
     int saved = errno;
     t_heap = &g_empty_heap;
     t_heap_exited = 1; /* later allocations: the exit heap */
+    shared_caches_release(heap);
     heap_exit_trim(heap);
     heap_collect(heap, true);
     page_cache_flush(heap, true);
@@ -143,15 +150,20 @@ COLD void heap_thread_exit(void *arg) {
  * not, and then the caches stay as they are (taking a segment's lock could
  * wait for good). */
 COLD void heap_atfork_child(bool locked) {
-    exit_heap_forget();
+    /* The exit heap, which serves every thread the classes over 1 KiB, stays
+     * if the fork took its lock (whole, then): the blocks this thread caches
+     * are its own, and go back to it. */
+    struct heap *kept = locked ? exit_heap : NULL;
+    if (!locked) exit_heap_forget();
     struct heap *self = t_heap;
     struct heap *heap = g_heaps;
     g_heaps = NULL;
     while (heap) {
         struct heap *next = heap->next_heap;
-        if (heap == self) {
+        if (heap == self || heap == kept) {
             heap->next_heap = g_heaps;
             heap->prev_heap = NULL;
+            if (g_heaps != NULL) g_heaps->prev_heap = heap;
             g_heaps = heap;
         } else {
             if (locked) page_cache_give_back_frozen(heap);
@@ -175,7 +187,8 @@ COLD void heap_atfork_child(bool locked) {
             s->purging_slices = 0;
         }
         /* relaxed: single-threaded now */
-        if (s->heap == self || atomic_load_explicit(&s->owner_id, memory_order_relaxed) == 0)
+        if (s->heap == self || (kept != NULL && s->heap == kept) ||
+            atomic_load_explicit(&s->owner_id, memory_order_relaxed) == 0)
             continue;
         segment_orphan(s);
     }

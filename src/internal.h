@@ -644,8 +644,9 @@ void page_cache_each_resident(struct heap *heap, void (*visit)(struct page *page
 size_t heap_cache_purge(struct heap *heap, uint32_t now, uint32_t min_age_ms) INTERNAL;
 void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size) INTERNAL;
 void heap_page_empty(struct heap *heap, struct page *page) INTERNAL;
-bool heap_large_grow(void *p, size_t size) INTERNAL;   /* false: p untouched */
-bool heap_large_shrink(void *p, size_t size) INTERNAL; /* false: p untouched */
+bool heap_page_empty_quiet(struct heap *heap, struct page *page) INTERNAL; /* true: purge due */
+bool heap_large_grow(void *p, size_t size) INTERNAL;                       /* false: p untouched */
+bool heap_large_shrink(void *p, size_t size) INTERNAL;                     /* false: p untouched */
 void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
 /* large pages that other threads emptied back to their segments: returns how
  * many; adds the pages looked at to *visited (or NULL) */
@@ -670,6 +671,21 @@ extern struct spin_lock g_exit_heap_lock INTERNAL;
 void heap_thread_exit(void *heap) INTERNAL; /* the heap key's destructor */
 /* a thread past its heap's exit: malloc (alignment 0) or an aligned block */
 void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) INTERNAL;
+#define EXIT_HEAP_ID 16                              /* a thread id is its TLS address: never 16 */
+struct heap *exit_heap_locked(bool create) INTERNAL; /* exit heap lock held */
+
+/* ---- shared_class.c: the classes over 1 KiB, one heap for all threads ---- */
+void *shared_class_malloc(struct heap *heap, unsigned cls) INTERNAL; /* a thread's heap */
+void shared_class_free(struct heap *heap, struct page *page, struct block *b) INTERNAL;
+void shared_caches_release(struct heap *heap) INTERNAL;      /* every cached block back */
+void shared_heap_collect(void) INTERNAL;                     /* malloc_trim: its empty pages back */
+void heap_shared_slow_path_note(struct heap *heap) INTERNAL; /* exit heap lock held */
+/* free.c: b back on its page's list, the exit heap lock held (its pages'
+ * owner fields); true if a page emptied (purge_after_free due) */
+bool free_shared_locked(struct segment *segment, struct page *page, struct block *b) INTERNAL;
+/* free.c: the list first..last of count blocks onto their page's thread_free */
+void thread_free_push_blocks(struct page *page, struct block *first, struct block *last,
+                             uint32_t count) INTERNAL;
 
 /* ---- huge.c ---- */
 void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool retain_on_free) INTERNAL;
@@ -766,6 +782,7 @@ void aggressive_release_block(const struct page *page, struct block *b) INTERNAL
 void checked_before_reuse(struct page *page, struct block *b) INTERNAL;
 size_t checked_usable_size(const struct page *page, const void *p) INTERNAL;
 void *heap_malloc_class_checked(struct heap *heap, unsigned cls) INTERNAL;
+void *heap_malloc_class(struct heap *heap, unsigned cls) INTERNAL; /* NULL: ENOMEM */
 
 /* ---- stats.c ---- */
 void stats_print_at_exit(void) INTERNAL;

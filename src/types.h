@@ -45,6 +45,11 @@
 #define REMOTE_BATCH_MAX       8
 #define REMOTE_BATCH_BLOCK_MAX 1024
 
+/* Classes of blocks over 1 KiB come from one heap all threads share, through
+ * a small cache per thread (shared_class.c): classes SHARED_CLASS_FIRST on. */
+#define SHARED_CLASS_FIRST 21
+#define SHARED_CLASS_COUNT (SMALL_CLASS_COUNT - SHARED_CLASS_FIRST)
+
 #define ALIGNMENT 16 /* every block is at least 16-byte aligned, like glibc */
 
 /* A free block. Links are encoded with the slot's address (glibc's
@@ -224,6 +229,30 @@ struct heap {
      * walks its list once for nothing (heap structures are never unmapped);
      * heap_struct_alloc clears it atomically, and stops its memset before it. */
     _Atomic uint8_t large_freed_remotely __attribute__((aligned(64)));
+};
+
+/* A thread's cache of blocks of the shared classes (shared_class.c): blocks
+ * it freed and may hand out again, a list per class, each block carrying its
+ * page's free key. Owner only. Invariant: bytes is the sum of the cached
+ * blocks' sizes. */
+struct shared_caches {
+    struct shared_cache {
+        struct block *head; /* newest block; links encoded by shared_cache_link_set */
+        uint16_t count;     /* blocks on the list */
+        uint16_t limit;     /* most blocks kept: grows with each refill (0: never used) */
+    } classes[SHARED_CLASS_COUNT];
+    uint32_t bytes; /* of every cached block */
+    /* bytes past which every class gives back half (the thread's share of
+     * what all threads may cache; 0 until first computed) */
+    uint32_t bound;
+};
+
+/* What heap_struct_alloc carves: a heap and its caches, which are apart
+ * from struct heap so that g_empty_heap, which never caches, stays as
+ * small as it was (it lies in .data, on the page of the small variables). */
+struct thread_heap {
+    struct heap heap; /* first: a heap's caches are found with a cast */
+    struct shared_caches caches;
 };
 
 _Static_assert(sizeof(struct page) == 256, "page descriptors index with a shift");

@@ -342,6 +342,45 @@ static void case_link_to_other_mapping(void) {
     write_after_free(48, (uintptr_t)(huge + 4096));
 }
 
+/* Blocks over 1 KiB come from the heap all threads share, through a cache
+ * per thread: a freed one waits in the freeing thread's cache, whose links
+ * are checked too. */
+#define SHARED_SIZE 3000
+
+static void case_double_free_shared(void) {
+    void *p = malloc(SHARED_SIZE);
+    memset(p, 0, SHARED_SIZE);
+    free(p);
+    free(launder(p));
+}
+
+static void case_double_free_shared_between(void) {
+    double_free_with_one_between(SHARED_SIZE);
+}
+
+static void case_double_free_shared_other_thread(void) {
+    void *p = malloc(SHARED_SIZE);
+    memset(p, 0, SHARED_SIZE);
+    pthread_t t;
+    if (pthread_create(&t, NULL, free_twice, p) == 0) pthread_join(t, NULL);
+}
+
+static void case_realloc_freed_shared(void) {
+    void *p = malloc(SHARED_SIZE);
+    memset(p, 0, SHARED_SIZE);
+    free(p);
+    launder(realloc(launder(p), SHARED_SIZE - 100));
+}
+
+static void case_shared_link_zeroed(void) {
+    write_after_free(SHARED_SIZE, 0);
+}
+
+static void case_shared_link_to_stack(void) {
+    _Alignas(64) char buf[256];
+    write_after_free(SHARED_SIZE, (uintptr_t)(buf + 64));
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -386,6 +425,17 @@ static const struct {
     {"write after free: link set to -1", case_link_all_ones, 1, "malloc(): corrupted free list"},
     {"write after free: link to the stack", case_link_to_stack, 1, "malloc(): corrupted free list"},
     {"write after free: link to another mapping", case_link_to_other_mapping, 1,
+     "malloc(): corrupted free list"},
+    {"double free of a 3000-byte block", case_double_free_shared, 0,
+     "free(): double free detected"},
+    {"double free of a 3000-byte block, a free in between", case_double_free_shared_between, 1,
+     "free(): double free detected"},
+    {"double free of a 3000-byte block from another thread", case_double_free_shared_other_thread,
+     1, "free(): double free detected"},
+    {"realloc of a freed 3000-byte block", case_realloc_freed_shared, 1, "realloc(): "},
+    {"write after free of a 3000-byte block: link zeroed", case_shared_link_zeroed, 1,
+     "malloc(): corrupted free list"},
+    {"write after free of a 3000-byte block: link to the stack", case_shared_link_to_stack, 1,
      "malloc(): corrupted free list"},
 };
 
