@@ -34,9 +34,10 @@ RARE COLD void report_invalid_pointer(const void *p, const char *message) {
     fatal_error(message);
 }
 
-/* The segment's heap pointer is read only when a page empties: the common
- * free never loads it. */
-static inline void free_local(struct segment *segment, struct page *page, struct block *b) {
+/* b onto its page's list, as the page's owner (or the shared heap's lock
+ * holder): true if the page is empty now and should leave its class. */
+static inline __attribute__((always_inline)) bool page_list_free(struct page *page,
+                                                                 struct block *b) {
     block_link_set(b, page->free);
     block_free_mark(b, page);
     page->free = b;
@@ -46,18 +47,18 @@ static inline void free_local(struct segment *segment, struct page *page, struct
     if (!CHECKS_ON) __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
     /* the only page of its class stays, in aggressive mode too: a malloc/free
      * loop must not thrash */
-    if (unlikely(--page->used == 0) &&
-        (page->next != page || page->slice_count > 1 || page->in_full))
-        heap_page_empty(segment->heap, page);
+    return unlikely(--page->used == 0) &&
+           (page->next != page || page->slice_count > 1 || page->in_full);
+}
+
+/* The segment's heap pointer is read only when a page empties: the common
+ * free never loads it. */
+static inline void free_local(struct segment *segment, struct page *page, struct block *b) {
+    if (page_list_free(page, b)) heap_page_empty(segment->heap, page);
 }
 
 bool free_shared_locked(struct segment *segment, struct page *page, struct block *b) {
-    block_link_set(b, page->free);
-    block_free_mark(b, page);
-    page->free = b;
-    if (!CHECKS_ON) __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
-    return --page->used == 0 && (page->next != page || page->slice_count > 1 || page->in_full) &&
-           heap_page_empty_quiet(segment->heap, page);
+    return page_list_free(page, b) && heap_page_empty_quiet(segment->heap, page);
 }
 
 /* A remote free made the page's list hold every block: the page is free now,

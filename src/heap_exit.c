@@ -71,21 +71,28 @@ static void exit_trim_add(struct page *page, void *arg) {
     }
 }
 
-static COLD void heap_exit_trim(struct heap *heap) {
-    struct exit_trim trim;
-    trim.count = 0;
-    trim.total = 0;
-    for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
+/* visit(page, arg) for every class page in the heap's queues and full
+ * lists, of the classes from `first` on (the owner, or the lock holder). */
+void heap_each_class_page(struct heap *heap, unsigned first,
+                          void (*visit)(struct page *page, void *arg), void *arg) {
+    for (unsigned cls = first; cls < SMALL_CLASS_COUNT; cls++) {
         struct page *lists[2] = {heap->pages_direct[cls], heap->pages_full[cls]};
         for (int l = 0; l < 2; l++) {
             if (lists[l] == NULL || lists[l] == &g_empty_page) continue;
             struct page *page = lists[l];
             do {
-                exit_trim_add(page, &trim);
+                visit(page, arg);
                 page = page->next;
             } while (page != lists[l]);
         }
     }
+}
+
+static COLD void heap_exit_trim(struct heap *heap) {
+    struct exit_trim trim;
+    trim.count = 0;
+    trim.total = 0;
+    heap_each_class_page(heap, 0, exit_trim_add, &trim);
     page_cache_each_resident(heap, exit_trim_add, &trim);
     if (trim.total < SLICE_SIZE) return;
     uint64_t done = os_release_ranges(trim.ranges, trim.count);

@@ -671,6 +671,8 @@ extern struct spin_lock g_exit_heap_lock INTERNAL;
 void heap_thread_exit(void *heap) INTERNAL; /* the heap key's destructor */
 /* a thread past its heap's exit: malloc (alignment 0) or an aligned block */
 void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) INTERNAL;
+void heap_each_class_page(struct heap *heap, unsigned first,
+                          void (*visit)(struct page *page, void *arg), void *arg) INTERNAL;
 #define EXIT_HEAP_ID 16                              /* a thread id is its TLS address: never 16 */
 struct heap *exit_heap_locked(bool create) INTERNAL; /* exit heap lock held */
 

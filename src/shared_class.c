@@ -231,7 +231,8 @@ static RARE void free_interiors_flush(struct free_interiors *batch) {
     batch->count = 0;
 }
 
-static RARE void page_free_interiors_release(struct page *page, struct free_interiors *batch) {
+static RARE void page_free_interiors_release(struct page *page, void *arg) {
+    struct free_interiors *batch = arg;
     page_collect_remote(page);
     uint32_t steps = 0;
     for (struct block *b = page->free; !list_is_end(b); b = block_next_checked(b)) {
@@ -257,17 +258,7 @@ RARE void shared_heap_collect(void) {
         if (g_options.secure) goto out;
         struct free_interiors batch;
         batch.count = 0;
-        for (unsigned cls = SHARED_CLASS_FIRST; cls < SMALL_CLASS_COUNT; cls++) {
-            struct page *lists[2] = {shared->pages_direct[cls], shared->pages_full[cls]};
-            for (int l = 0; l < 2; l++) {
-                if (lists[l] == NULL || lists[l] == &g_empty_page) continue;
-                struct page *page = lists[l];
-                do {
-                    page_free_interiors_release(page, &batch);
-                    page = page->next;
-                } while (page != lists[l]);
-            }
-        }
+        heap_each_class_page(shared, SHARED_CLASS_FIRST, page_free_interiors_release, &batch);
         free_interiors_flush(&batch);
     }
 out:
