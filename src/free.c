@@ -253,7 +253,7 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
     if (page->block_size <= REMOTE_BATCH_BLOCK_MAX && heap != &g_empty_heap)
         remote_batch_add(heap, page, b);
     else if (page->class_index != LARGE_CLASS && heap != &g_empty_heap)
-        shared_class_free(heap, page, b);
+        shared_class_push(heap, page, b);
     else
         thread_free_push(page, b);
 }

@@ -462,9 +462,10 @@ static inline __attribute__((always_inline)) void *class_page_pop(struct page *p
 /* NULL with errno ENOMEM if no page can be had */
 void *heap_malloc_class(struct heap *heap, unsigned cls) {
     if (cls == 0) cls = 1; /* class 0 stays empty: malloc(0) always comes here */
-    /* checked mode's blocks stay in their heap: its frees take their own path */
+    /* checked mode's blocks stay in their heap: its frees take their own
+     * path. The shared classes: malloc's refill pops the thread's cache. */
     if (cls >= SHARED_CLASS_FIRST && heap->id != EXIT_HEAP_ID && !OPTION(checked))
-        return shared_class_malloc(heap, cls);
+        return heap_malloc_refill(heap, cls, g_class_size[cls]);
     struct page *page = heap->pages_direct[cls];
     if (page_list_empty(page)) {
         page = heap_find_page(heap, cls);
@@ -647,7 +648,7 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
  * path's own pop of it does. */
 void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
     if (unlikely(cls == 0 || heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
-    if (cls >= SHARED_CLASS_FIRST) return shared_class_malloc(heap, (unsigned)cls);
+    if (cls >= SHARED_CLASS_FIRST) return shared_class_pop(heap, (unsigned)cls);
     heap_slow_path_note(heap);
     /* What heap_find_page's search finds at its second step, most of the
      * time (larson: 84% of the searches), found without its frame: the head

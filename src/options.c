@@ -165,7 +165,7 @@ API int __libc_mallopt(int param, int value) __attribute__((alias("mallopt"), co
 
 /* Decimal, 0x hex or 0 octal, like strtoul, up to 2^64 - 1; false on
  * anything else. */
-static bool parse_number(const char *s, size_t length, uint64_t *out) {
+RARE static bool parse_number(const char *s, size_t length, uint64_t *out) {
     uint64_t value = 0, base = 10;
     size_t i = 0;
     if (length == 0) return false;
@@ -238,7 +238,7 @@ RARE static void apply(const struct tunable *t, const char *value, size_t length
         set_option(t->param, (long)number); /* a size_t past LONG_MAX converts back */
 }
 
-static void parse_glibc_tunables(const char *s) {
+RARE static NOINLINE void parse_glibc_tunables(const char *s) {
     static const char prefix[] = "glibc.malloc.";
     while (*s) {
         const char *end = s;
@@ -261,6 +261,26 @@ static void parse_glibc_tunables(const char *s) {
     }
 }
 
+/* One MALLOC_* or TIDEMALLOC_* entry of the environment: rare code, which
+ * a program maps only if its environment sets one. */
+RARE static NOINLINE void option_entry_apply(const char *entry) {
+    if (text_starts_with(entry, "TIDEMALLOC_SECURE=")) {
+        g_options.secure = entry[18] != '\0' && entry[18] != '0';
+        return;
+    }
+    if (text_starts_with(entry, "TIDEMALLOC_STATS=")) {
+        g_options.print_stats = entry[17] != '\0' && entry[17] != '0';
+        return;
+    }
+    for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++) {
+        const char *name = tunables[i].env_name;
+        if (name == NULL) continue;
+        size_t n = text_length(name);
+        if (text_starts_with(entry, name) && entry[n] == '=')
+            apply(&tunables[i], entry + n + 1, text_length(entry + n + 1));
+    }
+}
+
 void options_init_from_environment(void) {
     extern char **environ;
     if (getauxval(AT_SECURE)) return;
@@ -271,23 +291,8 @@ void options_init_from_environment(void) {
         /* every name we read starts so: most entries fail at their first
          * byte (the scan was 40,000 instructions of a 200,000-instruction
          * start-up, with a shell's environment) */
-        if (!text_starts_with(entry, "MALLOC_") && !text_starts_with(entry, "TIDEMALLOC_"))
-            continue; /* GLIBC_TUNABLES= included: below */
-        if (text_starts_with(entry, "TIDEMALLOC_SECURE=")) {
-            g_options.secure = entry[18] != '\0' && entry[18] != '0';
-            continue;
-        }
-        if (text_starts_with(entry, "TIDEMALLOC_STATS=")) {
-            g_options.print_stats = entry[17] != '\0' && entry[17] != '0';
-            continue;
-        }
-        for (size_t i = 0; i < sizeof tunables / sizeof tunables[0]; i++) {
-            const char *name = tunables[i].env_name;
-            if (name == NULL) continue;
-            size_t n = text_length(name);
-            if (text_starts_with(entry, name) && entry[n] == '=')
-                apply(&tunables[i], entry + n + 1, text_length(entry + n + 1));
-        }
+        if (text_starts_with(entry, "MALLOC_") || text_starts_with(entry, "TIDEMALLOC_"))
+            option_entry_apply(entry); /* GLIBC_TUNABLES= included: below */
     }
     /* GLIBC_TUNABLES wins over an alias such as MALLOC_MMAP_THRESHOLD_
      * wherever each stands in the environment, as in glibc (which skips an

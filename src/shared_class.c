@@ -40,11 +40,6 @@
 #define SHARED_LIMIT_BYTES ((uint32_t)64 << 10)
 #define SHARED_LIMIT_MAX   32
 
-/* The caches of a heap from heap_struct_alloc (never g_empty_heap's) */
-static inline struct shared_caches *caches_of(struct heap *heap) {
-    return &((struct thread_heap *)heap)->caches;
-}
-
 static inline unsigned clamp_unsigned(unsigned n, unsigned low, unsigned high) {
     return n < low ? low : n > high ? high : n;
 }
@@ -53,17 +48,6 @@ static inline unsigned shared_batch(unsigned cls) {
 }
 static inline unsigned shared_limit_max(unsigned cls) {
     return clamp_unsigned(SHARED_LIMIT_BYTES / g_class_size[cls], 2, SHARED_LIMIT_MAX);
-}
-
-static inline void shared_cache_link_set(struct block *b, struct block *next) {
-    b->next_encoded = (uintptr_t)next ^ LINK_KEY ^ (uintptr_t)b;
-}
-static inline struct block *shared_cache_link_get(const struct block *b) {
-    struct block *next = (struct block *)(b->next_encoded ^ LINK_KEY ^ (uintptr_t)b);
-    if (unlikely(((uintptr_t)next & (ALIGNMENT - 1)) != 0 ||
-                 !segment_map_contains((uintptr_t)next)))
-        report_corrupt_free_list();
-    return next;
 }
 
 static inline void shared_cache_push(struct heap *heap, struct shared_cache *cache,
@@ -151,8 +135,8 @@ static NOINLINE void shared_caches_bound(struct heap *heap) {
  * out of the lock where the run is the whole list (each block is likely a
  * cache miss, last written by the thread that freed it), and the run is
  * the whole list if that is at most twice what is wanted. */
-static NOINLINE void *shared_class_refill(struct heap *heap, struct shared_cache *cache,
-                                          unsigned cls) {
+void *shared_class_refill(struct heap *heap, unsigned cls) {
+    struct shared_cache *cache = &caches_of(heap)->classes[cls - SHARED_CLASS_FIRST];
     unsigned want = cache->limit < shared_batch(cls) ? cache->limit : shared_batch(cls);
     if (cache->limit < shared_limit_max(cls)) cache->limit++;
     struct page *page = NULL;
@@ -190,29 +174,15 @@ static NOINLINE void *shared_class_refill(struct heap *heap, struct shared_cache
     return b;
 }
 
-/* A block of class cls for the thread of `heap` (not the shared heap). */
-void *shared_class_malloc(struct heap *heap, unsigned cls) {
+/* A push made the cache of class cls longer than its limit (or the
+ * thread's cached bytes more than its bound). */
+void shared_class_over(struct heap *heap, unsigned cls) {
     struct shared_cache *cache = &caches_of(heap)->classes[cls - SHARED_CLASS_FIRST];
-    if (unlikely(cache->count == 0)) return shared_class_refill(heap, cache, cls);
-    struct block *b = cache->head;
-    cache->head = --cache->count > 0 ? shared_cache_link_get(b) : NULL;
-    caches_of(heap)->bytes -= g_class_size[cls];
-    block_free_mark_clear(b);
-    return b;
-}
-
-/* Another thread's block of a shared class (or this thread's: the shared
- * heap is no thread's), freed by a thread with a heap; free_remote tested
- * its key already. */
-void shared_class_free(struct heap *heap, struct page *page, struct block *b) {
-    unsigned cls = page->class_index;
-    struct shared_cache *cache = &caches_of(heap)->classes[cls - SHARED_CLASS_FIRST];
-    shared_cache_push(heap, cache, page, b);
-    if (unlikely(cache->count > cache->limit)) {
+    if (cache->count > cache->limit) {
         if (cache->limit == 0) cache->limit = 1; /* a block this thread never took */
         shared_cache_trim(heap, cache, (cache->limit + 1u) / 2u);
     }
-    if (unlikely(caches_of(heap)->bytes > caches_of(heap)->bound)) shared_caches_bound(heap);
+    if (caches_of(heap)->bytes > caches_of(heap)->bound) shared_caches_bound(heap);
 }
 
 /* malloc_trim: the OS pages inside the free blocks of one page of the
