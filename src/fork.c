@@ -53,6 +53,7 @@ static void fork_prepare(void) {
     if (fork_locking() == 1) return;
     _IO_list_lock();
     spin_lock(&g_exit_heap_lock); /* held around heap work: before the rest */
+    shared_depot_fork_lock();
     spin_lock(&g_heaps_lock);
     for (struct heap *h = g_heaps; h; h = h->next_heap)
         spin_lock(&h->cache_lock);
@@ -78,6 +79,7 @@ static void fork_unlock_ours(void) {
         for (struct heap *h = g_heaps; h; h = h->next_heap)
             spin_unlock(&h->cache_lock);
         spin_unlock(&g_heaps_lock);
+        shared_depot_fork_unlock();
         spin_unlock(&g_exit_heap_lock);
     }
     spin_unlock(&g_purge_lock);

@@ -270,7 +270,7 @@ uint32_t heap_large_pages_collect(struct heap *heap, uint32_t *visited) {
 
 /* Collects what other threads freed where that empties a page (every list
  * when exiting) and gives empty pages back. Returns the pages it looked at. */
-uint32_t heap_collect(struct heap *heap, bool exiting) {
+COLD uint32_t heap_collect(struct heap *heap, bool exiting) {
     /* first: a batch may hold this heap's own blocks (a segment it adopted) */
     remote_batches_flush(heap);
     uint32_t visited = 0;

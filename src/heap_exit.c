@@ -41,6 +41,7 @@ RARE COLD void *exit_heap_malloc(size_t alignment, size_t size, bool *is_zero) {
 /* Fork child: the exit heap was abandoned with the other threads' heaps. */
 static void exit_heap_forget(void) {
     exit_heap = NULL;
+    shared_depot_forget();
 }
 
 /* Thread exit, before any page or segment can change hands: the class pages

@@ -683,6 +683,9 @@ struct heap *exit_heap_locked(bool create) INTERNAL; /* exit heap lock held */
 void *shared_class_refill(struct heap *heap, unsigned cls) INTERNAL; /* the cache is empty */
 void shared_class_over(struct heap *heap, unsigned cls) INTERNAL;    /* past a limit */
 void shared_caches_release(struct heap *heap) INTERNAL;              /* every cached block back */
+void shared_depot_fork_lock(void) INTERNAL; /* fork: its locks, after the exit heap's */
+void shared_depot_fork_unlock(void) INTERNAL;
+void shared_depot_forget(void) INTERNAL; /* fork child that took no lock */
 
 /* The caches of a heap from heap_struct_alloc (never g_empty_heap's) */
 static inline struct shared_caches *caches_of(struct heap *heap) {
@@ -729,8 +732,8 @@ static inline void shared_class_push(struct heap *heap, struct page *page, struc
     if (unlikely(++cache->count > cache->limit || caches->bytes > caches->bound))
         shared_class_over(heap, cls);
 }
-void shared_caches_release(struct heap *heap) INTERNAL;      /* every cached block back */
 void shared_heap_collect(void) INTERNAL;                     /* malloc_trim: its empty pages back */
+bool shared_heap_give_back(void) INTERNAL;                   /* memory is short: true if it tried */
 void heap_shared_slow_path_note(struct heap *heap) INTERNAL; /* exit heap lock held */
 /* free.c: b back on its page's list, the exit heap lock held (its pages'
  * owner fields); true if a page emptied (purge_after_free due) */

@@ -247,6 +247,28 @@ struct shared_caches {
     uint32_t bound;
 };
 
+/* The shared heap's depot (shared_class.c): lists of blocks of the shared
+ * classes that threads gave back past their caches' limits, kept whole for
+ * the next thread whose cache of the class runs empty. A lock per class, so
+ * that threads trading blocks of different classes do not meet, and neither
+ * walks the lists under it. Invariants, under the lock: the first `used`
+ * slots hold lists, each of counts[i] blocks (1 to 255) linked as a
+ * cache's, and blocks is the sum of those counts. */
+#define SHARED_DEPOT_SLOTS 6
+struct shared_depot_class {
+    struct spin_lock lock;
+    uint16_t blocks;                         /* on every list */
+    uint8_t used;                            /* slots holding a list, from the first */
+    uint8_t counts[SHARED_DEPOT_SLOTS];      /* blocks on each list */
+    struct block *lists[SHARED_DEPOT_SLOTS]; /* each a cache's list, whole */
+} __attribute__((aligned(64)));              /* a line each: no false sharing */
+struct shared_depot {
+    struct shared_depot_class classes[SHARED_CLASS_COUNT];
+    /* bytes on every list, for the bound on all classes (changed under
+     * each class's lock, by threads holding different ones) */
+    _Atomic uint64_t bytes __attribute__((aligned(64)));
+};
+
 /* What heap_struct_alloc carves: a heap and its caches, which are apart
  * from struct heap so that g_empty_heap, which never caches, stays as
  * small as it was (it lies in .data, on the page of the small variables). */

@@ -381,6 +381,49 @@ static void case_shared_link_to_stack(void) {
     write_after_free(SHARED_SIZE, (uintptr_t)(buf + 64));
 }
 
+/* A thread that frees more blocks of a class than its cache keeps gives
+ * the oldest back as lists, to the shared heap's depot; the first blocks
+ * freed are the first given back. */
+#define DEPOT_BLOCKS 64
+static void *depot_blocks[DEPOT_BLOCKS];
+
+static void *allocate_and_free_many(void *unused) {
+    (void)unused;
+    for (int i = 0; i < DEPOT_BLOCKS; i++) {
+        depot_blocks[i] = malloc(SHARED_SIZE);
+        memset(depot_blocks[i], 0, SHARED_SIZE);
+    }
+    for (int i = 0; i < DEPOT_BLOCKS; i++)
+        free(depot_blocks[i]);
+    return NULL;
+}
+
+static void *allocate_many(void *unused) {
+    (void)unused;
+    void *got[DEPOT_BLOCKS];
+    for (int i = 0; i < DEPOT_BLOCKS; i++)
+        got[i] = launder(malloc(SHARED_SIZE));
+    for (int i = 0; i < DEPOT_BLOCKS; i++)
+        free(got[i]);
+    return NULL;
+}
+
+static void run_thread(void *(*fn)(void *)) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, fn, NULL) == 0) pthread_join(t, NULL);
+}
+
+static void case_double_free_shared_given_back(void) {
+    run_thread(allocate_and_free_many);
+    free(launder(depot_blocks[0]));
+}
+
+static void case_shared_given_back_link_zeroed(void) {
+    run_thread(allocate_and_free_many);
+    memset(launder(depot_blocks[1]), 0, sizeof(uintptr_t));
+    run_thread(allocate_many);
+}
+
 static const struct {
     const char *name;
     void (*run)(void);
@@ -437,6 +480,10 @@ static const struct {
      "malloc(): corrupted free list"},
     {"write after free of a 3000-byte block: link to the stack", case_shared_link_to_stack, 1,
      "malloc(): corrupted free list"},
+    {"double free of a 3000-byte block a thread's cache gave back",
+     case_double_free_shared_given_back, 0, "free(): double free detected"},
+    {"write after free of a 3000-byte block a thread's cache gave back: link zeroed",
+     case_shared_given_back_link_zeroed, 1, "malloc(): corrupted free list"},
 };
 
 /* In the child: a little allocator traffic first, so that it is
