@@ -167,8 +167,8 @@ WARM void *huge_alloc(size_t size, size_t alignment, bool zero_needed, bool reta
             /* Memory is short (RLIMIT_AS, overcommit): give the arena's free
              * chunks, the shared heap's waiting blocks and the cached empty
              * segments (up to 1040, 4 MiB of address space each) back and
-             * try once more, and again while
-             * other threads' trims give address space back. */
+             * try once more, and again while other threads' trims give
+             * address space back. */
             bool freed = arena_release(true, 0);
             freed |= shared_heap_give_back(); /* before the segment cache's trim */
             freed |= segment_cache_trim(true, 0);
