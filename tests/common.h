@@ -9,6 +9,7 @@
 #define TIDEMALLOC_TESTS_COMMON_H
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,6 +38,13 @@
     do {                                                                                           \
         if (!(cond)) FAILF(__VA_ARGS__);                                                           \
     } while (0)
+
+/* fn(arg) in a thread of its own, waited for. */
+static inline void run_in_thread(void *(*fn)(void *), void *arg) {
+    pthread_t t;
+    if (pthread_create(&t, NULL, fn, arg) != 0) FAILF("pthread_create failed");
+    if (pthread_join(t, NULL) != 0) FAILF("pthread_join failed");
+}
 
 #define SKIP(...)                                                                                  \
     do {                                                                                           \

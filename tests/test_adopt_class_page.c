@@ -35,17 +35,11 @@ static void *thread_b(void *result) {
     return NULL;
 }
 
-static void run(void *(*fn)(void *), void *arg) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, fn, arg) != 0) FAILF("pthread_create failed");
-    if (pthread_join(t, NULL) != 0) FAILF("pthread_join failed");
-}
-
 int main(void) {
     if (tm_stats_required_if_expected() == NULL) SKIP("needs tidemalloc (a placement test)");
-    run(thread_a, NULL);
+    run_in_thread(thread_a, NULL);
     void *first = NULL;
-    run(thread_b, &first);
+    run_in_thread(thread_b, &first);
     CHECKF(first != NULL, "malloc(%d) failed in the second thread", SIZE);
     CHECKF((uintptr_t)first >> SLICE_SHIFT == (uintptr_t)kept >> SLICE_SHIFT,
            "the new thread's first block %p is not on the adopted page of %p", first, kept);

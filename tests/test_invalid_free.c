@@ -408,20 +408,15 @@ static void *allocate_many(void *unused) {
     return NULL;
 }
 
-static void run_thread(void *(*fn)(void *)) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, fn, NULL) == 0) pthread_join(t, NULL);
-}
-
 static void case_double_free_shared_given_back(void) {
-    run_thread(allocate_and_free_many);
+    run_in_thread(allocate_and_free_many, NULL);
     free(launder(depot_blocks[0]));
 }
 
 static void case_shared_given_back_link_zeroed(void) {
-    run_thread(allocate_and_free_many);
+    run_in_thread(allocate_and_free_many, NULL);
     memset(launder(depot_blocks[1]), 0, sizeof(uintptr_t));
-    run_thread(allocate_many);
+    run_in_thread(allocate_many, NULL);
 }
 
 static const struct {

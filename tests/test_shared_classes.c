@@ -26,19 +26,13 @@ static void *allocate(void *out) {
     return NULL;
 }
 
-static void run(void *(*fn)(void *), void *arg) {
-    pthread_t t;
-    if (pthread_create(&t, NULL, fn, arg) != 0) FAILF("pthread_create failed");
-    if (pthread_join(t, NULL) != 0) FAILF("pthread_join failed");
-}
-
 /* A block from another thread, freed here, comes back at the next malloc. */
 static void reuse_after_remote_free(void) {
     void *warm = malloc(SIZE); /* this thread has used the class */
     CHECK(warm != NULL);
     free(warm);
     void *p = NULL;
-    run(allocate, &p);
+    run_in_thread(allocate, &p);
     CHECKF(p != NULL, "malloc(%d) failed in a thread", SIZE);
     free(p);
     void *q = malloc(SIZE);
@@ -112,7 +106,7 @@ static void *cache_then_exit(void *block) {
 
 static void cache_back_at_exit(void) {
     void *p = NULL;
-    run(cache_then_exit, &p);
+    run_in_thread(cache_then_exit, &p);
     void *got[COUNT];
     int found = 0;
     for (int i = 0; i < COUNT; i++) {

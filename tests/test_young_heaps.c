@@ -132,18 +132,12 @@ static void *threshold_thread(void *arg) {
     return NULL;
 }
 
-static void run(void *(*fn)(void *)) {
-    pthread_t t;
-    CHECK(pthread_create(&t, NULL, fn, NULL) == 0);
-    CHECK(pthread_join(t, NULL) == 0);
-}
-
 int main(void) {
     if (tm_stats_required_if_expected() == NULL) SKIP("young heaps are tidemalloc's");
     if (getenv("MALLOC_CHECK_") || getenv("MALLOC_PERTURB_"))
         SKIP("checked mode takes every malloc through its own path");
-    free(malloc(24)); /* main's heap */
-    run(fine_thread); /* 1 heap live when it starts */
+    free(malloc(24));                 /* main's heap */
+    run_in_thread(fine_thread, NULL); /* 1 heap live when it starts */
 
     pthread_t fillers[FILLERS];
     CHECK(pthread_barrier_init(&fillers_hold, NULL, FILLERS + 1) == 0);
@@ -159,7 +153,7 @@ int main(void) {
     CHECK(pthread_barrier_init(&threshold_set, NULL, 2) == 0);
     CHECK(pthread_create(&t, NULL, threshold_thread, NULL) == 0);
     pthread_barrier_wait(&young_ready);
-    run(young_thread);
+    run_in_thread(young_thread, NULL);
     CHECK(mallopt(M_MMAP_THRESHOLD, 256) == 1);
     pthread_barrier_wait(&threshold_set);
     CHECK(pthread_join(t, NULL) == 0);
