@@ -146,13 +146,6 @@ RARE API void *TM_NAME(pvalloc)(size_t size) {
     return memalign_internal(OS_PAGE_SIZE, rounded ? rounded : OS_PAGE_SIZE);
 }
 
-/* A large block that `size` leaves in place as it is: it still needs every
- * slice of its run (the block ends the run, so its last slice is the
- * block's last SLICE_SIZE bytes). */
-static inline bool large_realloc_fits(const struct page *page, size_t size) {
-    return size > SMALL_MAX && size <= page->block_size && size + SLICE_SIZE > page->block_size;
-}
-
 /* A block of usable size `usable` that `size` leaves in place as it is: it
  * still fits, and most of it would not idle. */
 static inline bool realloc_fits(size_t size, size_t usable) {
@@ -223,7 +216,8 @@ API void *TM_NAME(realloc)(void *p, size_t size) {
     if (likely(segment_map_contains((uintptr_t)p)) && likely(!OPTION(checked))) {
         const struct page *page = page_of_block(p, "realloc(): invalid pointer");
         if (page->class_index != LARGE_CLASS ? realloc_fits(size, page->block_size)
-                                             : large_realloc_fits(page, size)) {
+                                             : size > SMALL_MAX && size <= page->block_size &&
+                                                   slices_for_size(size) == page->slice_count) {
             /* a freed block kept in place would be handed out twice */
             if (CHECKS_ON && unlikely(((const struct block *)p)->free_key == free_key_of(page)))
                 realloc_freed_check(p);

@@ -10,24 +10,22 @@
 
 const char g_free_invalid_pointer[] = "free(): invalid pointer";
 
-/* Whether p starts a block that was freed: a large block starts in its
- * page's first slice, which is free in its segment once the block is, and
- * whose descriptor still names the large class and the block's start (a
- * slice no page has used reads zero there), or a huge block freed lately. */
+/* Whether p starts a block that was freed: a large block's page starts a
+ * slice, which is free in its segment once the block is, and whose
+ * descriptor still names the large class (a slice no page has used reads
+ * zero there), or a huge block freed lately. */
 static bool freed_block_at(const void *p) {
     if (!segment_map_contains((uintptr_t)p)) return huge_recently_freed(p);
     unsigned slice = (unsigned)((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1);
-    if (slice == 0) return false;
+    if (((uintptr_t)p & (SLICE_SIZE - 1)) != 0 || slice == 0) return false;
     struct segment *segment = segment_of(p);
     spin_lock(&segment->lock);
     bool free_slice = segment->free_slices >> slice & 1;
     spin_unlock(&segment->lock);
     /* relaxed: the owner may set the slice up anew meanwhile; this only
      * chooses between two messages of an abort */
-    const struct page *descriptor = &segment->pages[slice];
     return free_slice &&
-           __atomic_load_n(&descriptor->class_index, __ATOMIC_RELAXED) == LARGE_CLASS &&
-           __atomic_load_n(&descriptor->start, __ATOMIC_RELAXED) == (uintptr_t)p;
+           __atomic_load_n(&segment->pages[slice].class_index, __ATOMIC_RELAXED) == LARGE_CLASS;
 }
 
 RARE COLD void report_invalid_pointer(const void *p, const char *message) {

@@ -483,11 +483,10 @@ RARE void *heap_malloc_class_checked(struct heap *heap, unsigned cls) {
 
 /* calloc of a large block: clears the slices that may hold old data and
  * leaves those that read as zero alone, since a memset would fault them in
- * (a run is taken for its resident slices first, and may end on clean ones).
- * The block is [from, from + size) of the run that starts at `run`. */
-static void large_clear_dirty(const struct page *page, char *run, size_t from, size_t size) {
-    size_t to = from + size;
-    unsigned slices = (unsigned)((to + SLICE_SIZE - 1) >> SLICE_SHIFT);
+ * (a run is taken for its resident slices first, and may end on clean ones). */
+static void large_clear_dirty(const struct page *page, size_t size) {
+    char *start = (char *)page_slices_begin(page);
+    unsigned slices = (unsigned)((size + SLICE_SIZE - 1) >> SLICE_SHIFT);
     for (unsigned i = 0; i < slices;) {
         if (page->clean_slices >> i & 1) {
             i++;
@@ -496,27 +495,15 @@ static void large_clear_dirty(const struct page *page, char *run, size_t from, s
         unsigned end = i + 1;
         while (end < slices && !(page->clean_slices >> end & 1))
             end++;
-        size_t begin = (size_t)i << SLICE_SHIFT, stop = (size_t)end << SLICE_SHIFT;
-        if (begin < from) begin = from;
-        if (stop > to) stop = to;
-        memset(run + begin, 0, stop - begin);
+        size_t to = (size_t)end << SLICE_SHIFT;
+        memset(start + ((size_t)i << SLICE_SHIFT), 0,
+               (to < size ? to : size) - ((size_t)i << SLICE_SHIFT));
         i = end;
     }
 }
 
-/* A large block of `size` bytes, aligned to LARGE_GRAIN (a size that fills
- * its run whole starts the run: memalign's larger alignments ask for one).
- * It ends at most LARGE_GRAIN before the end of its run, where the slack of
- * a class page goes too (page_init), and starts on a multiple of the grain
- * from the run's start: a program that writes only a block's ends touches
- * the same few OS pages of a run whatever sizes its blocks take in turn
- * (`mstress` writes the first and last bytes of its 32-256 KiB blocks).
- * Blocks at the run's start: 7.0k faults and 13.8 MiB peak RSS; here, 5.8k
- * and 12.8 (docs/benchmark-history.md, fifty-third session). */
 static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     unsigned slices = slices_for_size(size);
-    size_t run = (size_t)slices << SLICE_SHIFT;
-    size_t offset = (run - size) & ~(LARGE_GRAIN - 1);
     /* Large blocks that other threads freed wait on their pages: take them
      * back first (a thread whose buffers another one frees otherwise took
      * fresh slices for each until the periodic collect: `patterns handoff`).
@@ -528,17 +515,17 @@ static void *heap_malloc_large(struct heap *heap, size_t size, bool *is_zero) {
     /* Straight from the segment, where freed large pages went (heap_page_empty). */
     struct page *page = segment_page_alloc(heap, slices, LARGE_CLASS);
     if (page == NULL) return NULL;
-    page_init(page, LARGE_CLASS, run - offset); /* one block, flush with the run's end */
+    page_init(page, LARGE_CLASS, (size_t)slices << SLICE_SHIFT);
     page->capacity = 1;
     page->used = 1;
     heap->large_allocs++;
     large_insert(heap, page);
     struct block *b = (struct block *)page_start(page);
     if (is_zero) {
-        large_clear_dirty(page, (char *)b - offset, offset, size);
+        large_clear_dirty(page, size);
         *is_zero = true;
     } else if (!(page->clean_slices & 1)) {
-        b->free_key = 0; /* a reused first slice (the block starts there) may hold a stale key */
+        b->free_key = 0; /* a reused first slice may hold a stale key */
     }
     return b;
 }
@@ -565,10 +552,9 @@ WARM bool heap_large_grow(void *p, size_t size) {
     struct page *page = page_of(segment, p);
     if (page->class_index != LARGE_CLASS || size > LARGE_MAX || OPTION(checked)) return false;
     if (segment_owner_thread(segment) != current_thread_id()) return false;
-    size_t offset = large_block_offset(page);
-    unsigned slices = slices_for_size(offset + size);
+    unsigned slices = slices_for_size(size);
     if (!segment_page_grow(segment->heap, page, slices)) return false;
-    page->block_size = (uint32_t)(((size_t)slices << SLICE_SHIFT) - offset);
+    page->block_size = (uint32_t)slices << SLICE_SHIFT;
     page->area_size = page->block_size;
     return true;
 }
@@ -580,10 +566,9 @@ bool heap_large_shrink(void *p, size_t size) {
     struct page *page = page_of(segment, p);
     if (page->class_index != LARGE_CLASS || size <= SMALL_MAX || OPTION(checked)) return false;
     if (segment_owner_thread(segment) != current_thread_id()) return false;
-    size_t offset = large_block_offset(page);
-    unsigned slices = slices_for_size(offset + size);
+    unsigned slices = slices_for_size(size);
     if (slices >= page->slice_count) return slices == page->slice_count;
-    page->block_size = (uint32_t)(((size_t)slices << SLICE_SHIFT) - offset);
+    page->block_size = (uint32_t)slices << SLICE_SHIFT;
     page->area_size = page->block_size;
     segment_page_shrink(segment->heap, page, slices);
     purge_after_free();
@@ -703,9 +688,8 @@ RARE void *heap_malloc_aligned(struct heap *heap, size_t alignment, size_t size)
             return p;
         }
         if (need <= LARGE_MAX) {
-            /* need, not size: memalign(64 KiB, 0) still takes one slice;
-             * a whole run starts on a slice, any alignment up to 64 KiB */
-            if (alignment > LARGE_GRAIN) need = (size_t)slices_for_size(need) << SLICE_SHIFT;
+            /* a large page starts on a slice: any alignment up to 64 KiB holds;
+             * need, not size: memalign(64 KiB, 0) still takes one slice */
             void *p = heap_malloc_large(heap, need, NULL);
             if (p == NULL) goto out_of_memory;
             return p;

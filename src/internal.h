@@ -327,11 +327,6 @@ static inline uintptr_t page_slices_begin(const struct page *page) {
 static inline uintptr_t page_start(const struct page *page) {
     return page->start;
 }
-/* Where a large page's block starts, counted from its first slice: within
- * that slice, a multiple of LARGE_GRAIN. The block ends its run. */
-static inline size_t large_block_offset(const struct page *page) {
-    return ((size_t)page->slice_count << SLICE_SHIFT) - page->block_size;
-}
 /* Pages whose first slice keeps touched_end: one-slice class pages. */
 static inline bool page_tracks_touched(const struct page *page) {
     return page->slice_count == 1 && page->class_index != LARGE_CLASS;

@@ -37,12 +37,6 @@
  * 89.7 with 256 KiB); not lower: a segment serves a thread with no lock. */
 #define LARGE_MAX       ((size_t)256 << 10)
 #define PAGE_MAX_SLICES 8 /* a class page spans at most 512 KiB */
-/* A large block ends at most this far before its run's end, its start on a
- * multiple of it from the run's start (heap.c, heap_malloc_large): a
- * program that writes only a block's ends (headers, trailers: `mstress`)
- * touches 4 OS pages per 16 KiB instead of any of the run's, so the runs
- * that blocks of varying sizes take in turn keep fewer pages resident. */
-#define LARGE_GRAIN ((size_t)16 << 10)
 
 /* Remote frees in batches (free.c): slots per heap, blocks per batch, and
  * the largest block size batched (larger blocks would hold more memory back
