@@ -39,6 +39,14 @@
         if (!(cond)) FAILF(__VA_ARGS__);                                                           \
     } while (0)
 
+/* xorshift64: a test's fixed-seed random numbers (the state is never 0). */
+static inline uint64_t test_rng_next(uint64_t *state) {
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return *state;
+}
+
 /* fn(arg) in a thread of its own, waited for. */
 static inline void run_in_thread(void *(*fn)(void *), void *arg) {
     pthread_t t;

@@ -28,10 +28,7 @@ static long minor_faults(void) {
 
 static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 static size_t rng_below(size_t n) {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (size_t)(rng_state % n);
+    return (size_t)(test_rng_next(&rng_state) % n);
 }
 
 static void check_alignment_and_contents(void) {

@@ -41,9 +41,7 @@ static void check_and_free(struct header *h) {
 static void *trade(void *arg) {
     uint64_t x = (uintptr_t)arg * 0x9e3779b97f4a7c15u + 1;
     for (int step = 0; step < STEPS; step++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
+        test_rng_next(&x);
         size_t size = 1025 + (size_t)(x >> 20) % (16384 - 1024);
         struct header *h = malloc(size);
         if (h == NULL) FAILF("malloc(%zu) failed", size);

@@ -61,13 +61,6 @@ static size_t pick_size(uint64_t r) {
     }
 }
 
-static uint64_t rng(uint64_t *s) {
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
 static uint64_t key_of(void *p, size_t n, unsigned owner) {
     return pat_key(p, n) ^ ((uint64_t)(owner + 1) * 0xD6E8FEB86659FD93ull);
 }
@@ -121,7 +114,7 @@ static void *worker(void *arg) {
     size_t mine_n[LOCAL] = {0};
     for (long step = 0; step < STEPS; step++) {
         if ((step & 1023) == 0 && now() > deadline) break;
-        uint64_t r = rng(&s);
+        uint64_t r = test_rng_next(&s);
         if (r % 4 == 0) { /* a block of our own */
             int i = (int)((r >> 40) % LOCAL);
             if (mine[i]) {
@@ -129,13 +122,13 @@ static void *worker(void *arg) {
                 CHECKF(bad == (size_t)-1, "own block size %zu: byte %zu corrupted", mine_n[i], bad);
                 free(mine[i]);
             }
-            mine_n[i] = pick_size(rng(&s));
+            mine_n[i] = pick_size(test_rng_next(&s));
             mine[i] = malloc(mine_n[i]);
             CHECK(mine[i] != NULL);
             fill(mine[i], mine_n[i]);
             continue;
         }
-        size_t n = pick_size(rng(&s));
+        size_t n = pick_size(test_rng_next(&s));
         void *p = (r >> 20) % 32 == 0 ? calloc(1, n) : malloc(n);
         CHECKF(p != NULL, "malloc(%zu) failed", n);
         CHECKF(((uintptr_t)p & 15) == 0, "%p misaligned", p);
