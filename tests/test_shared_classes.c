@@ -89,9 +89,10 @@ static void shared_between_live_threads(void) {
     CHECK(pthread_create(&a, NULL, thread_a, NULL) == 0);
     CHECK(pthread_create(&b, NULL, thread_b, &from_a) == 0);
     CHECK(pthread_join(b, NULL) == 0 && pthread_join(a, NULL) == 0);
-    /* A keeps some in its cache, and B first gets the blocks carved and not
-     * yet handed out; with a heap per thread none would be A's */
-    if (strict) CHECKF(from_a >= COUNT / 4, "only %d of %d blocks were A's", from_a, COUNT);
+    /* A keeps some in its cache (three quarters of its limit), and B first
+     * gets the blocks carved and not yet handed out; with a heap per thread
+     * none would be A's */
+    if (strict) CHECKF(from_a >= COUNT / 8, "only %d of %d blocks were A's", from_a, COUNT);
 }
 
 /* A thread's cache goes back when it exits. */
