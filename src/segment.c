@@ -637,7 +637,13 @@ void segment_page_free(struct heap *heap, struct page *page) {
     struct segment *segment = segment_page_slices_free(page, false, now);
     segment_lists_slices_returned(heap, segment);
     if (OPTION(aggressive_madvise)) segment_purge_now(segment, now);
-    if (segment->used_pages == 0 && (heap->segments_avail != segment || segment->next != NULL))
+    /* A heap keeps its one avail segment, unless the arena lent it: the
+     * cache holds that one, where an allocation short of address space
+     * finds it (huge.c): it splits a chunk's free space, which blocks too
+     * big for a mapping of their own need whole (oom mt failed a run in six
+     * on four threads' empty segments, one in each of four chunks). */
+    if (segment->used_pages == 0 &&
+        (heap->segments_avail != segment || segment->next != NULL || segment->lent))
         segment_release_empty(heap, segment);
 }
 

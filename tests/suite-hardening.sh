@@ -4,7 +4,9 @@
 #   oom-*       RLIMIT_AS of 200 MiB: every allocation function returns NULL
 #               with ENOMEM, nothing aborts, memory is usable again once freed
 #               (oom-arena: a mapped block and segments find room in the
-#               arena's chunks; oom-reserve: a chunk leaves the program room);
+#               arena's chunks; oom-reserve: a chunk leaves the program room;
+#               oom-lent: a segment lent from a chunk leaves big blocks room
+#               beside it, and all of it once empty);
 #               oom-*-data: the same under RLIMIT_DATA
 #   fuzz        libFuzzer harness on the prefixed library, fixed seed and runs
 #   fuzz-secure, fuzz-aggressive  shorter runs of it in those modes
@@ -53,14 +55,16 @@ run() {
 if ! out=$(make -s hardening-native 2>&1); then
   echo "FAIL hardening-build make hardening-native: $(echo "$out" | grep -m1 -E 'error|Error' || echo "$out" | tail -1)"
 elif [ ! -e "$lib" ]; then
-  for t in oom-st oom-mt oom-huge-table oom-arena oom-reserve oom-st-data oom-mt-data oom-arena-data oom-reserve-data soak fork-storm; do echo "SKIP $t library $lib not built"; done
+  for t in oom-st oom-mt oom-huge-table oom-arena oom-reserve oom-lent oom-st-data oom-mt-data \
+    oom-arena-data oom-reserve-data oom-lent-data soak fork-storm; do echo "SKIP $t library $lib not built"; done
 else
   run oom-st 240 env LD_PRELOAD="$lib" "$bdir/oom" st
   run oom-mt 240 env LD_PRELOAD="$lib" "$bdir/oom" mt
   run oom-huge-table 120 env LD_PRELOAD="$lib" "$bdir/oom" table
   run oom-arena 120 env LD_PRELOAD="$lib" "$bdir/oom" arena
   run oom-reserve 60 env LD_PRELOAD="$lib" "$bdir/oom" reserve
-  for m in st mt arena reserve; do
+  run oom-lent 60 env LD_PRELOAD="$lib" "$bdir/oom" lent
+  for m in st mt arena reserve lent; do
     run oom-$m-data 240 env LD_PRELOAD="$lib" "$bdir/oom" $m data
   done
   run soak $((soak_time + 120)) env LD_PRELOAD="$lib" "$bdir/soak" "$soak_time" 4

@@ -6,6 +6,8 @@
  *              the arena's chunks, a few blocks in each, hold free address space
  *   oom reserve the arena's first chunk leaves the program room for its own
  *              mappings under the limit
+ *   oom lent   big blocks beside a segment the arena's free space holds,
+ *              and where it was once its blocks are freed
  * After the mode, "data": the limit is RLIMIT_DATA instead of RLIMIT_AS.
  * The address space is capped with setrlimit(RLIMIT_AS) inside the process:
  * 200 MiB (or 200 MiB above the current size, if that is already over 64 MiB).
@@ -19,6 +21,7 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -502,6 +505,95 @@ static void arena_space(void) {
         free(blocks[i]);
 }
 
+/* ---- a segment in the arena's free address space, and back ---- */
+static pthread_barrier_t lent_step;
+static void *lent_block;
+
+/* The other thread: its first block needs a segment, which only the
+ * arena's free run can hold; it keeps the block for a step, then frees it. */
+static void *lent_helper(void *arg) {
+    (void)arg;
+    pthread_barrier_wait(&lent_step); /* memory is out */
+    lent_block = malloc(100000);
+    if (lent_block) memset(lent_block, 0x5c, 100000);
+    pthread_barrier_wait(&lent_step); /* main thread allocates beside it */
+    pthread_barrier_wait(&lent_step);
+    free(lent_block);
+    pthread_barrier_wait(&lent_step); /* freed */
+    /* alive until the last check: an exiting thread's heap gives its
+     * segments back */
+    pthread_barrier_wait(&lent_step);
+    return NULL;
+}
+
+/* A block too big for its own mapping must find room beside a segment lent
+ * from the arena, and all of it once that segment holds nothing: 4 threads'
+ * segments, each at a 16 MiB chunk's first free 4 MiB boundary and kept
+ * empty by its heap, left no room for 9 MiB in any chunk (oom mt failed a
+ * run in six). */
+static void lent_segment(void) {
+    if (mallopt(M_MMAP_THRESHOLD, 8 * MIB) != 1) FAIL("mallopt(M_MMAP_THRESHOLD) refused");
+    pthread_t helper;
+    pthread_barrier_init(&lent_step, NULL, 2);
+    if (pthread_create(&helper, NULL, lent_helper, NULL) != 0) FAIL("pthread_create");
+    malloc_trim(0);
+    enum { MAX_BLOCKS = 512 };
+    static unsigned char *blocks[MAX_BLOCKS];
+    set_limit(vm_size() + 160 * MIB);
+    int count = 0;
+    for (; count < MAX_BLOCKS && (blocks[count] = malloc(MIB)) != NULL; count++)
+        memset(blocks[count], count & 0xff, MIB);
+    if (count < 80) FAIL("only %d MiB of 1 MiB blocks under a 160 MiB limit", count);
+    /* one free run of 15 MiB, in the first 16 MiB chunk, which holds 15 */
+    unsigned char *chunk = blocks[0];
+    for (int i = 1; i < 15; i++) {
+        if (blocks[i] < chunk || blocks[i] >= chunk + 16 * MIB)
+            FAIL("setup: 1 MiB block %d not in the first block's 16 MiB chunk", i);
+        free(blocks[i]);
+    }
+    pthread_barrier_wait(&lent_step);
+    pthread_barrier_wait(&lent_step);
+    unsigned char *p = lent_block;
+    if (p == NULL) FAIL("a thread's first malloc(100000) failed with 15 MiB free in a chunk");
+    if (p < chunk || p >= chunk + 16 * MIB)
+        FAIL("setup: the thread's segment is not in the chunk's free run");
+    /* The run starts 1 MiB past the chunk's header and ends with the chunk.
+     * A chunk 2 MiB aligned (the kernel places big mappings on huge-page
+     * boundaries; then the first block lies a header past one): a segment
+     * at the run's first 4 MiB boundary leaves 8 MiB in one piece where the
+     * chunk is 4 MiB aligned; at the run's other edge, 10.9 MiB (10 MiB in
+     * the other case, both edges). Any alignment: the better edge leaves
+     * at least 7.4 MiB. */
+    bool huge_aligned = ((uintptr_t)chunk & (2 * MIB - 1)) < MIB / 4;
+    size_t beside = huge_aligned ? 9 * MIB + MIB / 2 : 7 * MIB;
+    unsigned char *big = malloc(beside);
+    if (big == NULL)
+        FAIL("malloc(%zu KiB) failed beside a segment lent at %zu KiB past the chunk's first "
+             "block",
+             beside / 1024, (size_t)(p - chunk) / 1024);
+    memset(big, 0xa5, beside);
+    free(big);
+    for (size_t i = 0; i < 100000; i += 4096)
+        if (p[i] != 0x5c) FAIL("the lent segment's block lost its contents");
+    pthread_barrier_wait(&lent_step);
+    pthread_barrier_wait(&lent_step);
+    /* the thread's heap keeps no empty lent segment: the whole run is free */
+    big = malloc(14 * MIB);
+    if (big == NULL) FAIL("malloc(14 MiB) failed once the lent segment's block was freed");
+    memset(big, 0x3c, 14 * MIB);
+    free(big);
+    pthread_barrier_wait(&lent_step);
+    say(1,
+        "%zu KiB beside a segment lent at %zu KiB past the chunk's first block, 14 MiB once "
+        "it is empty\n",
+        beside / 1024, (size_t)(p - chunk) / 1024);
+    pthread_join(helper, NULL);
+    blocks[0] = NULL;
+    for (int i = 15; i < count; i++)
+        free(blocks[i]);
+    free(chunk);
+}
+
 /* ---- what one arena block reserves under an address-space limit ---- */
 /* 256 MiB above what the process has. */
 static void arena_reserve(void) {
@@ -539,8 +631,10 @@ int main(int argc, char **argv) {
         arena_space();
     else if (strcmp(mode, "reserve") == 0)
         arena_reserve();
+    else if (strcmp(mode, "lent") == 0)
+        lent_segment();
     else
-        FAIL("usage: oom st|mt|table|arena|reserve [data]");
+        FAIL("usage: oom st|mt|table|arena|reserve|lent [data]");
     say(1, "ok\n");
     return 0;
 }
