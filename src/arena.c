@@ -636,10 +636,9 @@ void arena_disown(struct heap *heap, bool lock) {
 
 /* ---- address space lent to segments ---- */
 
-/* Takes `size` bytes at the first or the last `alignment`-aligned address
- * of the run that starts at extent i (run_best found it long enough),
- * whichever leaves the longer free piece of the run; the first when the
- * list has no slot to split an extent at the last. */
+/* Takes `size` bytes at the first or the last `alignment`-aligned address of
+ * the run at extent i (run_best found it long enough), whichever leaves the
+ * longer free piece; the first when the list has no slot for a split. */
 RARE static uintptr_t run_carve_aligned_edge(struct arena_chunk *c, unsigned i, size_t size,
                                              size_t alignment, uintptr_t *dirty_end) {
     struct arena_extent *extents = c->header->extents;
@@ -654,8 +653,7 @@ RARE static uintptr_t run_carve_aligned_edge(struct arena_chunk *c, unsigned i, 
     while (extents[i].start + extents[i].size <= place)
         i++;
     if (extents[i].start < place) {
-        /* split at place: the part before stays, the part from place on is
-         * carved (the two cease to touch, as the invariant wants) */
+        /* split at place; once carved, the two parts no longer touch */
         for (unsigned j = c->extent_count; j > i + 1; j--)
             extents[j] = extents[j - 1];
         c->extent_count++;
@@ -672,9 +670,8 @@ RARE static uintptr_t run_carve_aligned_edge(struct arena_chunk *c, unsigned i, 
 /* Address space is short and a segment cannot be mapped: the chunks' free
  * address space holds it instead, taken from any chunk, its pages released
  * so that it reads as zero as a fresh mapping does. Not counted as the
- * arena's: the segment counts itself. It takes an edge of its run: at the
- * run's first aligned place, a segment lent from a 15 MiB run could leave
- * 8 MiB free in one piece where its other edge leaves 11 (oom lent). */
+ * arena's: the segment counts itself. At its run's first aligned place, a
+ * 15 MiB run kept 8 MiB in one piece where its other edge keeps 11 (oom lent). */
 RARE void *arena_lend(size_t size, size_t alignment) {
     uintptr_t lent = 0, dirty_end;
     unsigned index;
