@@ -506,24 +506,63 @@ static void arena_space(void) {
 }
 
 /* ---- a segment in the arena's free address space, and back ---- */
+#define LENT_ROUNDS 2
 static pthread_barrier_t lent_step;
 static void *lent_block;
 
-/* The other thread: its first block needs a segment, which only the
- * arena's free run can hold; it keeps the block for a step, then frees it. */
+/* The other thread, each round: its block needs a segment (it has none),
+ * which only the arena's free run can hold; it keeps the block for a step,
+ * then frees it. */
 static void *lent_helper(void *arg) {
     (void)arg;
-    pthread_barrier_wait(&lent_step); /* memory is out */
-    lent_block = malloc(100000);
-    if (lent_block) memset(lent_block, 0x5c, 100000);
-    pthread_barrier_wait(&lent_step); /* main thread allocates beside it */
-    pthread_barrier_wait(&lent_step);
-    free(lent_block);
-    pthread_barrier_wait(&lent_step); /* freed */
-    /* alive until the last check: an exiting thread's heap gives its
-     * segments back */
-    pthread_barrier_wait(&lent_step);
+    for (int round = 0; round < LENT_ROUNDS; round++) {
+        pthread_barrier_wait(&lent_step); /* memory is out */
+        lent_block = malloc(100000);
+        if (lent_block) memset(lent_block, 0x5c, 100000);
+        pthread_barrier_wait(&lent_step); /* main thread allocates beside it */
+        pthread_barrier_wait(&lent_step);
+        free(lent_block);
+        pthread_barrier_wait(&lent_step); /* freed */
+        /* alive until the round's last check: an exiting thread's heap
+         * gives its segments back */
+        pthread_barrier_wait(&lent_step);
+    }
     return NULL;
+}
+
+/* One round: the chunk's free run starts at run_start and ends with the
+ * chunk; the helper's block takes a segment there. `beside`: what must fit
+ * beside that segment, `whole`: once the helper freed its block. */
+static void lent_round(const unsigned char *chunk, const unsigned char *run_start, size_t beside,
+                       size_t whole) {
+    pthread_barrier_wait(&lent_step);
+    pthread_barrier_wait(&lent_step);
+    unsigned char *p = lent_block;
+    if (p == NULL) FAIL("the thread's malloc(100000) failed with a free run in a chunk");
+    if (p < run_start || p >= chunk + 16 * MIB)
+        FAIL("setup: the thread's segment is not in the chunk's free run");
+    unsigned char *big = malloc(beside);
+    if (big == NULL)
+        FAIL("malloc(%zu KiB) failed beside a segment lent at %zu KiB past the chunk's first "
+             "block",
+             beside / 1024, (size_t)(p - chunk) / 1024);
+    memset(big, 0xa5, beside);
+    free(big);
+    for (size_t i = 0; i < 100000; i += 4096)
+        if (p[i] != 0x5c) FAIL("the lent segment's block lost its contents");
+    pthread_barrier_wait(&lent_step);
+    pthread_barrier_wait(&lent_step);
+    /* the thread's heap keeps no empty lent segment: the whole run is free */
+    big = malloc(whole);
+    if (big == NULL)
+        FAIL("malloc(%zu KiB) failed once the lent segment's block was freed", whole / 1024);
+    memset(big, 0x3c, whole);
+    free(big);
+    pthread_barrier_wait(&lent_step);
+    say(1,
+        "%zu KiB beside a segment lent at %zu KiB past the chunk's first block, %zu KiB once "
+        "it is empty\n",
+        beside / 1024, (size_t)(p - chunk) / 1024, whole / 1024);
 }
 
 /* A block too big for its own mapping must find room beside a segment lent
@@ -551,12 +590,6 @@ static void lent_segment(void) {
             FAIL("setup: 1 MiB block %d not in the first block's 16 MiB chunk", i);
         free(blocks[i]);
     }
-    pthread_barrier_wait(&lent_step);
-    pthread_barrier_wait(&lent_step);
-    unsigned char *p = lent_block;
-    if (p == NULL) FAIL("a thread's first malloc(100000) failed with 15 MiB free in a chunk");
-    if (p < chunk || p >= chunk + 16 * MIB)
-        FAIL("setup: the thread's segment is not in the chunk's free run");
     /* The run starts 1 MiB past the chunk's header and ends with the chunk.
      * A chunk 2 MiB aligned (the kernel places big mappings on huge-page
      * boundaries; then the first block lies a header past one): a segment
@@ -565,33 +598,20 @@ static void lent_segment(void) {
      * the other case, both edges). Any alignment: the better edge leaves
      * at least 7.4 MiB. */
     bool huge_aligned = ((uintptr_t)chunk & (2 * MIB - 1)) < MIB / 4;
-    size_t beside = huge_aligned ? 9 * MIB + MIB / 2 : 7 * MIB;
-    unsigned char *big = malloc(beside);
-    if (big == NULL)
-        FAIL("malloc(%zu KiB) failed beside a segment lent at %zu KiB past the chunk's first "
-             "block",
-             beside / 1024, (size_t)(p - chunk) / 1024);
-    memset(big, 0xa5, beside);
-    free(big);
-    for (size_t i = 0; i < 100000; i += 4096)
-        if (p[i] != 0x5c) FAIL("the lent segment's block lost its contents");
-    pthread_barrier_wait(&lent_step);
-    pthread_barrier_wait(&lent_step);
-    /* the thread's heap keeps no empty lent segment: the whole run is free */
-    big = malloc(14 * MIB);
-    if (big == NULL) FAIL("malloc(14 MiB) failed once the lent segment's block was freed");
-    memset(big, 0x3c, 14 * MIB);
-    free(big);
-    pthread_barrier_wait(&lent_step);
-    say(1,
-        "%zu KiB beside a segment lent at %zu KiB past the chunk's first block, 14 MiB once "
-        "it is empty\n",
-        beside / 1024, (size_t)(p - chunk) / 1024);
+    lent_round(chunk, chunk + MIB, huge_aligned ? 9 * MIB + MIB / 2 : 7 * MIB, 14 * MIB);
+    /* Round 2: the run 2 MiB shorter at its start. Its last boundary leaves
+     * the longer piece whichever the chunk's alignment (8.9 MiB where the
+     * first leaves 8, 6.9 where it leaves 6), so the segment splits a free
+     * extent there; at least 6.4 MiB at any alignment. */
+    for (int i = 1; i < 3; i++)
+        if ((blocks[i] = malloc(MIB)) == NULL) FAIL("malloc(1 MiB) failed in a 15 MiB free run");
+    if (blocks[1] < chunk || blocks[2] < chunk || blocks[1] > chunk + 2 * MIB ||
+        blocks[2] > chunk + 2 * MIB)
+        FAIL("setup: two 1 MiB blocks not at the start of the chunk's free run");
+    lent_round(chunk, chunk + 3 * MIB, huge_aligned ? 6 * MIB + MIB / 2 : 6 * MIB, 12 * MIB);
     pthread_join(helper, NULL);
-    blocks[0] = NULL;
-    for (int i = 15; i < count; i++)
-        free(blocks[i]);
-    free(chunk);
+    for (int i = 0; i < count; i++)
+        if (i < 3 || i >= 15) free(blocks[i]); /* 3-14 went in round 1 */
 }
 
 /* ---- what one arena block reserves under an address-space limit ---- */
