@@ -155,6 +155,14 @@ WARM static void extent_remove(struct arena_chunk *c, unsigned i) {
     c->extent_count--;
 }
 
+/* Shifts extents i.. up by one: slot i is free to write (the list has room). */
+static inline __attribute__((always_inline)) void extent_slot_open(struct arena_chunk *c,
+                                                                   unsigned i) {
+    for (unsigned j = c->extent_count; j > i; j--)
+        c->header->extents[j] = c->header->extents[j - 1];
+    c->extent_count++;
+}
+
 /* Whether extent i is followed, without a gap, by extent i + 1. */
 WARM static bool extent_joins_next(const struct arena_chunk *c, unsigned i) {
     const struct arena_extent *extents = c->header->extents;
@@ -185,9 +193,7 @@ WARM static bool extent_insert(struct arena_chunk *c, uintptr_t start, size_t si
         extents[i].freed_ms = now;
     } else {
         if (c->extent_count == CHUNK_EXTENTS_MAX) return false;
-        for (unsigned j = c->extent_count; j > i; j--)
-            extents[j] = extents[j - 1];
-        c->extent_count++;
+        extent_slot_open(c, i);
         extents[i] = (struct arena_extent){start, size, now, dirty};
     }
     if (dirty) dirty_bytes_add(size, true);
@@ -654,9 +660,7 @@ RARE static uintptr_t run_carve_aligned_edge(struct arena_chunk *c, unsigned i, 
         i++;
     if (extents[i].start < place) {
         /* split at place; once carved, the two parts no longer touch */
-        for (unsigned j = c->extent_count; j > i + 1; j--)
-            extents[j] = extents[j - 1];
-        c->extent_count++;
+        extent_slot_open(c, i + 1);
         extents[i + 1] = extents[i];
         extents[i + 1].start = place;
         extents[i + 1].size = extents[i].start + extents[i].size - place;

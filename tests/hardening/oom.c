@@ -445,29 +445,37 @@ static void huge_table(void) {
 }
 
 /* ---- a block of its own while the arena's chunks hold the address space ---- */
-static void arena_space(void) {
-    /* 1 MiB blocks come from the arena's chunks, 12 MiB ones are mapped */
-    if (mallopt(M_MMAP_THRESHOLD, 8 * MIB) != 1) FAIL("mallopt(M_MMAP_THRESHOLD) refused");
-    enum { MAX_BLOCKS = 512 };
-    static void *blocks[MAX_BLOCKS];
-    size_t base = vm_size();
-    set_limit(base + 160 * MIB);
+#define ARENA_MAX_BLOCKS 512
+
+/* Under a limit 160 MiB above what the process has, 1 MiB blocks (from the
+ * arena's chunks: the caller set the mmap threshold past them), each filled,
+ * until none is left; returns how many. */
+static int arena_fill(unsigned char **blocks) {
+    set_limit(vm_size() + 160 * MIB);
     int count = 0;
-    for (; count < MAX_BLOCKS; count++) {
+    for (; count < ARENA_MAX_BLOCKS; count++) {
         errno = 0;
         blocks[count] = malloc(MIB);
         if (blocks[count] == NULL) break;
         memset(blocks[count], count & 0xff, MIB);
     }
-    if (count == MAX_BLOCKS) FAIL("512 MiB allocated, RLIMIT_AS ignored?");
+    if (count == ARENA_MAX_BLOCKS) FAIL("512 MiB allocated, RLIMIT_AS ignored?");
     if (errno != ENOMEM) FAIL("malloc(1 MiB) failed with errno %d, not ENOMEM", errno);
+    if (count < 80) FAIL("only %d MiB of 1 MiB blocks under a 160 MiB limit", count);
+    return count;
+}
+
+static void arena_space(void) {
+    /* 1 MiB blocks come from the arena's chunks, 12 MiB ones are mapped */
+    if (mallopt(M_MMAP_THRESHOLD, 8 * MIB) != 1) FAIL("mallopt(M_MMAP_THRESHOLD) refused");
+    static unsigned char *blocks[ARENA_MAX_BLOCKS];
+    int count = arena_fill(blocks);
     /* The first 64 blocks lie in the first chunks (16 MiB each under this
      * limit, a sixteenth of it at the least), carved in order; the last ones
      * may lie in chunks of one block, which would go back whole if their
      * blocks were freed. So free 60 of the first 64, keeping every 16th:
      * free runs of 15 MiB in chunks that cannot go back, and nowhere else to
      * map 12 MiB. */
-    if (count < 80) FAIL("only %d MiB of 1 MiB blocks under a 160 MiB limit", count);
     int kept = 0;
     for (int i = 0; i < count; i++) {
         if (i >= 64 || i % 16 == 0)
@@ -576,13 +584,8 @@ static void lent_segment(void) {
     pthread_barrier_init(&lent_step, NULL, 2);
     if (pthread_create(&helper, NULL, lent_helper, NULL) != 0) FAIL("pthread_create");
     malloc_trim(0);
-    enum { MAX_BLOCKS = 512 };
-    static unsigned char *blocks[MAX_BLOCKS];
-    set_limit(vm_size() + 160 * MIB);
-    int count = 0;
-    for (; count < MAX_BLOCKS && (blocks[count] = malloc(MIB)) != NULL; count++)
-        memset(blocks[count], count & 0xff, MIB);
-    if (count < 80) FAIL("only %d MiB of 1 MiB blocks under a 160 MiB limit", count);
+    static unsigned char *blocks[ARENA_MAX_BLOCKS];
+    int count = arena_fill(blocks);
     /* one free run of 15 MiB, in the first 16 MiB chunk, which holds 15 */
     unsigned char *chunk = blocks[0];
     for (int i = 1; i < 15; i++) {
