@@ -5,7 +5,7 @@
 # scaling.py the thread-scaling table (for a machine with many CPUs).
 BENCH_DIR    := $(BUILD)/bench
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -pthread
-BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn threadwave pair ebizzy arena_pairs patterns faultcost hostprobe page_model
+BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn threadwave pair ebizzy arena_pairs patterns faultcost hostprobe page_model lent_loop
 BENCH_BINS   := $(addprefix $(BENCH_DIR)/,$(BENCH_PROGS))
 BENCH_PY     ?= /usr/bin/python3
 # Extra arguments for the runner, e.g. BENCH_ARGS="--reps 3 --only larson,churn"

@@ -46,9 +46,9 @@ static inline __attribute__((always_inline)) bool page_list_free(struct page *pa
      * reads it. */
     if (!CHECKS_ON) __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
     /* the only page of its class stays, in aggressive mode too: a malloc/free
-     * loop must not thrash */
+     * loop must not thrash (but in a lent segment: PAGE_LENT) */
     return unlikely(--page->used == 0) &&
-           (page->next != page || page->slice_count > 1 || page->in_full);
+           (page->next != page || page->slice_count > 1 || page->flags);
 }
 
 /* The segment's heap pointer is read only when a page empties: the common

@@ -69,7 +69,7 @@ static void queue_remove(struct page **head, struct page *page, struct page *emp
  * search met them dry and carved whole (heap_find_page). */
 static void full_list_remove(struct heap *heap, struct page *page) {
     queue_remove(&heap->pages_full[page->class_index], page, NULL);
-    page->in_full = 0;
+    page->flags &= ~PAGE_IN_FULL;
 }
 /* Whether a full page can serve again: blocks came back (collected here if
  * it is still dry) or room to carve (a reclaimed page, reset). */
@@ -312,7 +312,8 @@ COLD uint32_t heap_collect(struct heap *heap, bool exiting) {
                 page_collect_remote(page);
             else
                 page_collect_if_empties(page);
-            if (page->used == 0 && (exiting || page->next != page || page->slice_count > 1)) {
+            if (page->used == 0 &&
+                (exiting || page->next != page || page->slice_count > 1 || page->flags)) {
                 queue_remove(head, page, &g_empty_page);
                 segment_page_free(heap, page);
             }
@@ -328,12 +329,12 @@ void heap_adopt_page(struct heap *heap, struct page *page) {
     page_collect_remote(page);
     if (page->used == 0) {
         page->next = page->prev = NULL;
-        page->in_full = 0;
+        page->flags &= ~PAGE_IN_FULL;
         segment_page_free(heap, page);
     } else if (page->class_index == LARGE_CLASS) {
         large_insert(heap, page);
     } else {
-        page->in_full = 0;
+        page->flags &= ~PAGE_IN_FULL;
         queue_insert_tail(&heap->pages_direct[page->class_index], page);
     }
 }
@@ -427,7 +428,7 @@ static struct page *heap_find_page(struct heap *heap, unsigned cls) {
          * leave it, so that the next searches reach free blocks past them. */
         for (unsigned i = 0; !wrapped && i < dry_count; i++) {
             queue_remove(head, dry[i], &g_empty_page);
-            dry[i]->in_full = 1;
+            dry[i]->flags |= PAGE_IN_FULL;
             queue_insert_head(&heap->pages_full[cls], dry[i]);
         }
         struct page *rescued = full_list_rescue(heap, cls);
@@ -720,21 +721,18 @@ void heap_page_empty(struct heap *heap, struct page *page) {
  * should call purge_after_free once it has let go. */
 bool heap_page_empty_quiet(struct heap *heap, struct page *page) {
     int saved = errno;
-    if (page->class_index == LARGE_CLASS) {
+    /* The page leaves: free's test (page_list_free) kept a class's only
+     * one-slice page, unless its segment was lent. */
+    if (page->class_index == LARGE_CLASS)
         large_remove(heap, page);
-    } else if (page->in_full) {
+    else if (page->flags & PAGE_IN_FULL)
         full_list_remove(heap, page);
-    } else {
-        if (page->next == page && page->slice_count == 1) {
-            errno = saved;
-            return false;
-        }
+    else
         queue_remove(&heap->pages_direct[page->class_index], page, &g_empty_page);
-    }
     /* A large block's page goes straight back to its segment: its slices
      * coalesce with free neighbours and the lowest warm run is reused next, so
      * blocks of varying sizes keep landing on the same, cache-hot memory. */
-    if (OPTION(aggressive_madvise) || page->class_index == LARGE_CLASS)
+    if (OPTION(aggressive_madvise) || page->class_index == LARGE_CLASS || (page->flags & PAGE_LENT))
         segment_page_free(heap, page);
     else
         page_cache_push(heap, page);

@@ -681,8 +681,9 @@ struct heap *exit_heap_locked(bool create) INTERNAL; /* exit heap lock held */
  * free's files (built for speed), and the rest out of line there: through
  * calls, a 1-8 KiB malloc and free took 170 instructions, twice tcmalloc's. */
 void *shared_class_refill(struct heap *heap, unsigned cls) INTERNAL; /* the cache is empty */
-void shared_class_over(struct heap *heap, unsigned cls) INTERNAL;    /* past a limit */
-void shared_caches_release(struct heap *heap) INTERNAL;              /* every cached block back */
+void shared_class_over(struct heap *heap,
+                       const struct page *page) INTERNAL; /* past a limit, or lent */
+void shared_caches_release(struct heap *heap) INTERNAL;   /* every cached block back */
 void shared_depot_fork_lock(void) INTERNAL; /* fork: its locks, after the exit heap's */
 void shared_depot_fork_unlock(void) INTERNAL;
 void shared_depot_forget(void) INTERNAL; /* fork child that took no lock */
@@ -729,10 +730,13 @@ static inline void shared_class_push(struct heap *heap, struct page *page, struc
     shared_cache_link_set(b, cache->head);
     cache->head = b;
     caches->bytes += page->block_size;
-    if (unlikely(++cache->count > cache->limit || caches->bytes > caches->bound))
-        shared_class_over(heap, cls);
+    /* a block of a page in a lent segment leaves at once (shared_class_over) */
+    if (unlikely(++cache->count > cache->limit || caches->bytes > caches->bound ||
+                 page->in_lent_segment))
+        shared_class_over(heap, page);
 }
-void shared_heap_collect(void) INTERNAL;                     /* malloc_trim: its empty pages back */
+bool shared_heap_collect(
+    void) INTERNAL; /* malloc_trim: its empty pages back; false: no shared heap */
 bool shared_heap_give_back(void) INTERNAL;                   /* memory is short: true if it tried */
 void heap_shared_slow_path_note(struct heap *heap) INTERNAL; /* exit heap lock held */
 /* free.c: b back on its page's list, the exit heap lock held (its pages'

@@ -22,7 +22,7 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     page->capacity = 0;
     page->used = 0;
     page->free = list_end_of(page);
-    page->in_full = 0;
+    page->flags &= ~PAGE_IN_FULL; /* PAGE_LENT stays: the segment's */
     /* relaxed: the page is not yet visible to any other thread. */
     atomic_store_explicit(&page->thread_free, thread_free_empty_word(page), memory_order_relaxed);
     page->next = page->prev = NULL;

@@ -95,6 +95,42 @@ RARE static void *map_segment(size_t size) {
     return os_map_segment();
 }
 
+/* A segment from the arena's free address space, which it splits: every
+ * page set up in it goes back once empty, a class's last one too
+ * (PAGE_LENT, which page_init leaves), so that an idle thread's empty page
+ * does not keep the chunk's free run cut in two until the thread exits
+ * (oom lent, round 3). Lent segments exist only where address space ran
+ * short, where the thrash this allows in a malloc/free loop is the lesser
+ * cost. Marking every descriptor here touches their four OS pages, as a
+ * lent segment's first pages would. */
+static _Atomic uint32_t last_lend_ms; /* clock_ms() of the last segment_lend, even failed */
+
+RARE static NOINLINE struct segment *segment_lend(void) {
+    struct segment *segment = arena_lend(SEGMENT_SIZE, SEGMENT_SIZE);
+    if (segment != NULL)
+        for (unsigned i = 0; i < SLICES_PER_SEGMENT; i++) {
+            segment->pages[i].flags = PAGE_LENT;
+            segment->pages[i].in_lent_segment = 1;
+        }
+    /* relaxed: a time stamp, read as a hint (segment_lent_stale) */
+    atomic_store_explicit(&last_lend_ms, clock_ms(), memory_order_relaxed);
+    return segment;
+}
+
+/* An empty lent segment goes back to its chunk instead of the cache once no
+ * segment was lent for the purge delay: address space may be back, and a
+ * thread that takes a segment again then maps one of its own. From the
+ * cache, a thread whose class page empties at each free (a malloc/free loop
+ * with nothing else live) kept taking the lent one back, giving it back at
+ * each free (PAGE_LENT) long after the shortage: 250-430 ns a malloc(48)
+ * and free instead of 11 (build/bench/lent_loop). Under a lasting shortage
+ * the next segment is lent again, which stamps the time. */
+RARE static NOINLINE bool segment_lent_stale(void) {
+    /* relaxed: a hint; a stale stamp only caches or returns one segment */
+    return clock_ms() - atomic_load_explicit(&last_lend_ms, memory_order_relaxed) >=
+           OPTION(purge_delay_ms);
+}
+
 static struct segment *segment_create(void) {
     uint64_t generation = os_unmapping_generation();
     struct segment *segment = os_map_segment();
@@ -109,7 +145,7 @@ static struct segment *segment_create(void) {
      * most of its 300 KB buffers under RLIMIT_AS, then wants small blocks). */
     bool lent = false;
     if (segment == NULL) {
-        segment = arena_lend(SEGMENT_SIZE, SEGMENT_SIZE);
+        segment = segment_lend();
         lent = segment != NULL;
     }
     if (segment == NULL) return NULL;
@@ -663,7 +699,8 @@ COLD void segment_release_empty(struct heap *heap, struct segment *segment) {
     __atomic_store_n(&segment->heap, NULL, __ATOMIC_RELAXED); /* read by purgers */
     /* relaxed: see segment_take_ownership. */
     atomic_store_explicit(&segment->owner_id, 0, memory_order_relaxed);
-    bool keep = !OPTION(aggressive_madvise);
+    /* the lent test first: other segments run no rare code here */
+    bool keep = !OPTION(aggressive_madvise) && !(segment->lent && segment_lent_stale());
     if (keep) {
         spin_lock(&g_segment_cache_lock);
         bool release = segment_cache.count >= SEGMENT_CACHE_MAX;

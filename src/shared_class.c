@@ -164,6 +164,22 @@ static bool shared_list_free_locked(struct block *b, uint32_t count) {
     return purge_due;
 }
 
+/* The block just cached is of a page in a lent segment (PAGE_LENT): no cache
+ * keeps it, and its page takes it back at once, to go back to its segment
+ * once empty. A thread's cache (of a thread that then idles) or the page's
+ * thread_free list kept the segment, and the chunk's free run cut in two
+ * (oom lent, round 4); a refill takes one block of such a page. */
+static RARE NOINLINE void shared_cache_lent_leaves(struct heap *heap, struct shared_cache *cache,
+                                                   unsigned cls) {
+    struct block *b = cache->head;
+    cache->head = --cache->count > 0 ? shared_cache_link_get(b) : NULL;
+    caches_of(heap)->bytes -= g_class_size[cls];
+    spin_lock(&g_exit_heap_lock);
+    bool purge_due = shared_list_free_locked(b, 1);
+    spin_unlock(&g_exit_heap_lock);
+    if (purge_due) purge_after_free();
+}
+
 /* Gives back the cached blocks of one class past the first `keep`: to the
  * depot as one list if `to_depot` and it has room, else onto their pages'
  * lists under the shared heap's lock, as its owner would (a
@@ -294,8 +310,9 @@ void *shared_class_refill(struct heap *heap, unsigned cls) {
     if (shared != NULL && atomic_load_explicit(&shared_depot, memory_order_relaxed) == NULL)
         shared_depot_create();
     if (shared != NULL) b = heap_malloc_class(shared, cls);
-    if (b != NULL && want > 1) {
-        page = shared->pages_direct[cls];
+    if (b != NULL) page = shared->pages_direct[cls];
+    /* a page in a lent segment caches no block (PAGE_LENT) */
+    if (b != NULL && want > 1 && !(page->flags & PAGE_LENT)) {
         unsigned left = page->capacity - page->used;
         run = page->free;
         if (left <= 2 * (want - 1)) {
@@ -322,10 +339,13 @@ void *shared_class_refill(struct heap *heap, unsigned cls) {
     return b;
 }
 
-/* A push made the cache of class cls longer than its limit (or the
- * thread's cached bytes more than its bound). */
-void shared_class_over(struct heap *heap, unsigned cls) {
+/* A push of a block of `page` made its class's cache longer than its limit
+ * (or the thread's cached bytes more than its bound), or the page lies in a
+ * lent segment. */
+void shared_class_over(struct heap *heap, const struct page *page) {
+    unsigned cls = page->class_index;
     struct shared_cache *cache = &caches_of(heap)->classes[cls - SHARED_CLASS_FIRST];
+    if (page->in_lent_segment) shared_cache_lent_leaves(heap, cache, cls);
     if (cache->count > cache->limit) {
         if (cache->limit == 0) cache->limit = 1; /* a block this thread never took */
         shared_cache_trim(heap, cache, (cache->limit * 3u + 3u) / 4u, true);
@@ -366,7 +386,7 @@ static RARE void page_free_interiors_release(struct page *page, void *arg) {
     }
 }
 
-RARE void shared_heap_collect(void) {
+RARE bool shared_heap_collect(void) {
     spin_lock(&g_exit_heap_lock);
     struct heap *shared = exit_heap_locked(false);
     if (shared != NULL) {
@@ -382,17 +402,17 @@ RARE void shared_heap_collect(void) {
     }
 out:
     spin_unlock(&g_exit_heap_lock);
+    return shared != NULL;
 }
 
 /* Memory is short (a mapping failed): the depot's lists back on their pages
  * and the shared heap's empty pages back to their segments, which may then
  * go (the 4-thread RLIMIT_AS test, `oom mt`, failed 5 runs in 6 with a
  * depot of blocks spread over the segments). Not while this thread holds
- * one of our locks: the collect takes the exit heap's and the segments'. */
+ * one of our locks: the collect takes the exit heap's and the segments'.
+ * Whether or not the depot exists: mapped at the first refill, it can fail
+ * to map when address space is short, and waiting on this test, the shared
+ * heap's emptied pages stayed (oom lent, round 4). */
 RARE bool shared_heap_give_back(void) {
-    /* relaxed: a hint; the flush reads it again under the lock */
-    if (t_locks_held != 0 || atomic_load_explicit(&shared_depot, memory_order_relaxed) == NULL)
-        return false;
-    shared_heap_collect();
-    return true;
+    return t_locks_held == 0 && shared_heap_collect();
 }

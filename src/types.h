@@ -68,12 +68,16 @@ struct block {
  * each carved block is exactly one of: handed out, on `free`, on
  * `thread_free`. area_size == 0 iff the descriptor is not an in-use page.
  * An in-use class page of a live heap is on exactly one of: its class
- * queue, its class's full list (in_full == 1), the heap's page cache
+ * queue, its class's full list (flags & PAGE_IN_FULL), the heap's page cache
  * (empty); a page of an abandoned or orphaned segment is on none.
  * `capacity` is written under the segment lock (a purger reads it there to
  * reclaim a page whose every block waits on `thread_free`); a reclaimed page
  * has thread_free == THREAD_FREE_RECLAIMED and block_size_inverse == 0 until
  * its owner resets it (page_collect_remote). */
+/* struct page's flags */
+#define PAGE_IN_FULL 1
+#define PAGE_LENT    2
+
 struct page {
     /* Line 0: constant while the page is in use. Every free reads it, the
      * remote ones included, so nothing written per block may live here. */
@@ -96,7 +100,10 @@ struct page {
      * its own (heap_exit_trim). Written by the owner when the page is set up
      * on a clean slice (0), trimmed or freed; read for no other page. */
     uint32_t touched_end;
-    char constant_padding[12];
+    /* set in every descriptor of a segment the arena lent, when it is made:
+     * PAGE_LENT's copy for other threads (flags is the owner's) */
+    uint8_t in_lent_segment;
+    char constant_padding[11];
     /* Line 1: the owner's, written by its every malloc and free. Remote
      * frees never touch it (with it on line 0, larson and mstress paid a
      * cache-line transfer per remote free and per owner write after it). */
@@ -108,14 +115,19 @@ struct page {
                               zero when it was taken; calloc of a large block clears the rest */
     uint16_t used;         /* owner only: blocks out, minus those collected */
     uint16_t capacity;     /* owner only: blocks carved into lists so far */
-    uint8_t is_zero;       /* small pages: fresh from the kernel, so a block never freed
-                              since reads as zero but for its link and mark words (calloc
-                              skips the memset; large pages use clean_slices). With the
-                              checks a freed block carries its double-free mark until it
-                              is handed out again, which calloc tests; without them free
-                              clears this. Relaxed atomic accesses: exiting threads share
-                              the exit heap's pages. */
-    uint8_t in_full;       /* owner only: on its class's full list (heap.c), not in the queue */
+    /* owner only: PAGE_IN_FULL: on its class's full list (heap.c), not in
+     * the queue; PAGE_LENT: in a segment the arena lent (set in every
+     * descriptor when the segment is made, kept), where a page goes back
+     * once empty, as its class's only one-slice page too. One byte, so that
+     * free tests both at once. */
+    uint8_t flags;
+    uint8_t is_zero; /* small pages: fresh from the kernel, so a block never freed
+                        since reads as zero but for its link and mark words (calloc
+                        skips the memset; large pages use clean_slices). With the
+                        checks a freed block carries its double-free mark until it
+                        is handed out again, which calloc tests; without them free
+                        clears this. Relaxed atomic accesses: exiting threads share
+                        the exit heap's pages. */
     char owner_padding[26];
     /* Line 2: other threads push here. A list head in the low 48 bits and the
      * list's length in the top 16 (THREAD_FREE_COUNT_SHIFT), so the owner

@@ -514,7 +514,12 @@ static void arena_space(void) {
 }
 
 /* ---- a segment in the arena's free address space, and back ---- */
-#define LENT_ROUNDS 2
+/* The helper's block each round: a large page (rounds 1 and 2), a class's
+ * only page, which a heap keeps once empty but for a lent segment (3), and
+ * a block of a class over 1 KiB, from the heap all threads share, which a
+ * thread caches once freed but for a lent segment's (4). */
+#define LENT_ROUNDS 4
+static const size_t lent_sizes[LENT_ROUNDS] = {100000, 100000, 48, 3008};
 static pthread_barrier_t lent_step;
 static void *lent_block;
 
@@ -525,8 +530,8 @@ static void *lent_helper(void *arg) {
     (void)arg;
     for (int round = 0; round < LENT_ROUNDS; round++) {
         pthread_barrier_wait(&lent_step); /* memory is out */
-        lent_block = malloc(100000);
-        if (lent_block) memset(lent_block, 0x5c, 100000);
+        lent_block = malloc(lent_sizes[round]);
+        if (lent_block) memset(lent_block, 0x5c, lent_sizes[round]);
         pthread_barrier_wait(&lent_step); /* main thread allocates beside it */
         pthread_barrier_wait(&lent_step);
         free(lent_block);
@@ -541,14 +546,15 @@ static void *lent_helper(void *arg) {
 /* One round: the chunk's free run starts at run_start and ends with the
  * chunk; the helper's block takes a segment there. `beside`: what must fit
  * beside that segment, `whole`: once the helper freed its block. */
-static void lent_round(const unsigned char *chunk, const unsigned char *run_start, size_t beside,
-                       size_t whole) {
+static void lent_round(int round, const unsigned char *chunk, const unsigned char *run_start,
+                       size_t beside, size_t whole) {
+    size_t size = lent_sizes[round];
     pthread_barrier_wait(&lent_step);
     pthread_barrier_wait(&lent_step);
     unsigned char *p = lent_block;
-    if (p == NULL) FAIL("the thread's malloc(100000) failed with a free run in a chunk");
+    if (p == NULL) FAIL("the thread's malloc(%zu) failed with a free run in a chunk", size);
     if (p < run_start || p >= chunk + 16 * MIB)
-        FAIL("setup: the thread's segment is not in the chunk's free run");
+        FAIL("setup: the thread's segment for malloc(%zu) is not in the chunk's free run", size);
     unsigned char *big = malloc(beside);
     if (big == NULL)
         FAIL("malloc(%zu KiB) failed beside a segment lent at %zu KiB past the chunk's first "
@@ -556,21 +562,23 @@ static void lent_round(const unsigned char *chunk, const unsigned char *run_star
              beside / 1024, (size_t)(p - chunk) / 1024);
     memset(big, 0xa5, beside);
     free(big);
-    for (size_t i = 0; i < 100000; i += 4096)
+    for (size_t i = 0; i < size; i += 4096)
         if (p[i] != 0x5c) FAIL("the lent segment's block lost its contents");
     pthread_barrier_wait(&lent_step);
     pthread_barrier_wait(&lent_step);
-    /* the thread's heap keeps no empty lent segment: the whole run is free */
+    /* No heap keeps an empty lent segment, no heap an empty page in one, no
+     * thread cache a block of one: the whole run is free. */
     big = malloc(whole);
     if (big == NULL)
-        FAIL("malloc(%zu KiB) failed once the lent segment's block was freed", whole / 1024);
+        FAIL("malloc(%zu KiB) failed once the lent segment's block of %zu bytes was freed",
+             whole / 1024, size);
     memset(big, 0x3c, whole);
     free(big);
     pthread_barrier_wait(&lent_step);
     say(1,
-        "%zu KiB beside a segment lent at %zu KiB past the chunk's first block, %zu KiB once "
-        "it is empty\n",
-        beside / 1024, (size_t)(p - chunk) / 1024, whole / 1024);
+        "round %d: %zu KiB beside a segment lent at %zu KiB past the chunk's first block for "
+        "malloc(%zu), %zu KiB once it is freed\n",
+        round + 1, beside / 1024, (size_t)(p - chunk) / 1024, size, whole / 1024);
 }
 
 /* A block too big for its own mapping must find room beside a segment lent
@@ -601,7 +609,7 @@ static void lent_segment(void) {
      * the other case, both edges). Any alignment: the better edge leaves
      * at least 7.4 MiB. */
     bool huge_aligned = ((uintptr_t)chunk & (2 * MIB - 1)) < MIB / 4;
-    lent_round(chunk, chunk + MIB, huge_aligned ? 9 * MIB + MIB / 2 : 7 * MIB, 14 * MIB);
+    lent_round(0, chunk, chunk + MIB, huge_aligned ? 9 * MIB + MIB / 2 : 7 * MIB, 14 * MIB);
     /* Round 2: the run 2 MiB shorter at its start. Its last boundary leaves
      * the longer piece whichever the chunk's alignment (8.9 MiB where the
      * first leaves 8, 6.9 where it leaves 6), so the segment splits a free
@@ -611,7 +619,10 @@ static void lent_segment(void) {
     if (blocks[1] < chunk || blocks[2] < chunk || blocks[1] > chunk + 2 * MIB ||
         blocks[2] > chunk + 2 * MIB)
         FAIL("setup: two 1 MiB blocks not at the start of the chunk's free run");
-    lent_round(chunk, chunk + 3 * MIB, huge_aligned ? 6 * MIB + MIB / 2 : 6 * MIB, 12 * MIB);
+    /* Rounds 3 and 4: the same run, a small block's segment. */
+    for (int round = 1; round < LENT_ROUNDS; round++)
+        lent_round(round, chunk, chunk + 3 * MIB, huge_aligned ? 6 * MIB + MIB / 2 : 6 * MIB,
+                   12 * MIB);
     pthread_join(helper, NULL);
     for (int i = 0; i < count; i++)
         if (i < 3 || i >= 15) free(blocks[i]); /* 3-14 went in round 1 */
