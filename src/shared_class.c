@@ -169,11 +169,8 @@ static bool shared_list_free_locked(struct block *b, uint32_t count) {
  * once empty. A thread's cache (of a thread that then idles) or the page's
  * thread_free list kept the segment, and the chunk's free run cut in two
  * (oom lent, round 4); a refill takes one block of such a page. */
-static RARE NOINLINE void shared_cache_lent_leaves(struct heap *heap, struct shared_cache *cache,
-                                                   unsigned cls) {
-    struct block *b = cache->head;
-    cache->head = --cache->count > 0 ? shared_cache_link_get(b) : NULL;
-    caches_of(heap)->bytes -= g_class_size[cls];
+static RARE NOINLINE void shared_cache_lent_leaves(struct heap *heap, unsigned cls) {
+    struct block *b = shared_class_pop(heap, cls); /* the cache holds it: no refill */
     spin_lock(&g_exit_heap_lock);
     bool purge_due = shared_list_free_locked(b, 1);
     spin_unlock(&g_exit_heap_lock);
@@ -345,7 +342,7 @@ void *shared_class_refill(struct heap *heap, unsigned cls) {
 void shared_class_over(struct heap *heap, const struct page *page) {
     unsigned cls = page->class_index;
     struct shared_cache *cache = &caches_of(heap)->classes[cls - SHARED_CLASS_FIRST];
-    if (page->in_lent_segment) shared_cache_lent_leaves(heap, cache, cls);
+    if (page->in_lent_segment) shared_cache_lent_leaves(heap, cls);
     if (cache->count > cache->limit) {
         if (cache->limit == 0) cache->limit = 1; /* a block this thread never took */
         shared_cache_trim(heap, cache, (cache->limit * 3u + 3u) / 4u, true);

@@ -100,8 +100,12 @@ struct page {
      * its own (heap_exit_trim). Written by the owner when the page is set up
      * on a clean slice (0), trimmed or freed; read for no other page. */
     uint32_t touched_end;
-    /* set in every descriptor of a segment the arena lent, when it is made:
-     * PAGE_LENT's copy for other threads (flags is the owner's) */
+    /* Set in every descriptor of a segment the arena lent, when it is made.
+     * Invariant: in_lent_segment == !!(flags & PAGE_LENT) == segment->lent,
+     * each copy for its readers: this one for other threads' frees (flags
+     * is the owner's, which it rewrites; the segment's header is a second
+     * load and 64 bytes more main code), PAGE_LENT for free's empty-page
+     * test (one compare with PAGE_IN_FULL), the segment's for its release. */
     uint8_t in_lent_segment;
     char constant_padding[11];
     /* Line 1: the owner's, written by its every malloc and free. Remote
