@@ -5,7 +5,8 @@
  *   heap.c     thread heaps, class queues, slow paths
  *   heap_exit.c  a thread's exit, the exit heap, heaps a fork leaves behind
  *   page.c     carving pages into blocks, collecting remote frees
- *   segment.c  segments, slice bitmaps, registry, abandoned list
+ *   segment.c  slice bitmaps, where a page's slices go
+ *   segment_lifecycle.c  mapping, registry, owners' lists, cache, adoption
  *   segment_release.c  free slices back to the kernel, in batches
  *   huge.c     direct mappings      purge.c  release policy, malloc_trim
  *   os.c       every syscall, counted   format.c  output without malloc
@@ -376,28 +377,22 @@ static inline bool block_start_invalid(const void *p, const struct page *slice) 
             : [start] "m"(slice->start), [inverse] "m"(slice->block_size_inverse));
     return invalid;
 }
-enum segment_source {
-    SEGMENT_ANY,           /* an abandoned one (adopted), else a cached one, else a new one */
-    SEGMENT_CACHED_OR_NEW, /* a cached one, else a new one */
-    SEGMENT_NEW,           /* a new mapping: every slice free, nothing for a purger */
-};
-struct segment *segment_acquire(struct heap *heap, enum segment_source source) INTERNAL;
 /* cls: the size class of the page, or LARGE_CLASS */
 struct page *segment_page_alloc(struct heap *heap, unsigned slices, unsigned cls) INTERNAL;
 void segment_page_free(struct heap *heap, struct page *page) INTERNAL;
 void segment_page_free_frozen(struct page *page, bool clean) INTERNAL; /* fork child */
 bool segment_page_grow(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
 void segment_page_shrink(struct heap *heap, struct page *page, unsigned slices) INTERNAL;
-void segment_abandon(struct segment *segment) INTERNAL;
-void segment_orphan(struct segment *segment) INTERNAL;
-void segments_mark_slow_frees(bool slow) INTERNAL; /* sets or clears OWNER_CHECKED_BIT */
-struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
-void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
 /* free_slices changes under the segment lock, and only so; the owner also
  * reads it without the lock, as a hint (segment_page_alloc): relaxed stores
  * make that read no data race. */
 static inline void free_slices_set(struct segment *segment, uint64_t value) {
     __atomic_store_n(&segment->free_slices, value, __ATOMIC_RELAXED);
+}
+/* No free slice left (segment lock held). Slices a purger holds come back
+ * free, so they do not count as taken. */
+static inline bool segment_full_locked(const struct segment *segment) {
+    return (segment->free_slices | segment->purging_slices) == 0;
 }
 /* Slices [first, first + count) as a mask. */
 static inline uint64_t run_mask(unsigned first, unsigned count) {
@@ -406,12 +401,7 @@ static inline uint64_t run_mask(unsigned first, unsigned count) {
 /* Free resident slices join (add) or leave the retained memory. */
 void retained_slices_note(uint64_t slices_mask, bool add) INTERNAL;
 void retained_bytes_note(uint64_t bytes, bool add) INTERNAL; /* cached pages (page_cache.c) */
-extern struct spin_lock g_registry_lock INTERNAL;
-extern struct segment *g_registry INTERNAL;
-extern struct spin_lock g_abandoned_lock INTERNAL;
-extern struct spin_lock g_segment_cache_lock INTERNAL;
-extern _Atomic uint64_t g_segment_count INTERNAL;
-extern _Atomic uint64_t g_retained_bytes INTERNAL;   /* free slices not yet released */
+extern _Atomic uint64_t g_retained_bytes INTERNAL;           /* free slices not yet released */
 extern _Atomic uint64_t g_page_slice_bytes INTERNAL; /* slices taken by pages (cached ones too) */
 /* Pages whose every block that fits waits on thread_free (count == reserved):
  * free memory their owner has not collected; reclaimable by a purger. */
@@ -423,7 +413,29 @@ static inline uint64_t remote_freed_page_bytes(void) {
     int64_t bytes = (int64_t)atomic_load_explicit(&g_remote_freed_page_bytes, memory_order_relaxed);
     return bytes > 0 ? (uint64_t)bytes : 0;
 }
+
+/* ---- segment_lifecycle.c ---- */
+enum segment_source {
+    SEGMENT_ANY,           /* an abandoned one (adopted), else a cached one, else a new one */
+    SEGMENT_CACHED_OR_NEW, /* a cached one, else a new one */
+    SEGMENT_NEW,           /* a new mapping: every slice free, nothing for a purger */
+};
+struct segment *segment_acquire(struct heap *heap, enum segment_source source) INTERNAL;
+void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
 bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
+void segment_abandon(struct segment *segment) INTERNAL;
+void segment_orphan(struct segment *segment) INTERNAL;
+struct segment *segment_try_adopt(struct heap *heap) INTERNAL;
+void segments_mark_slow_frees(bool slow) INTERNAL; /* sets or clears OWNER_CHECKED_BIT */
+/* The owner's lists: a segment goes to the full list when its last free
+ * slice is taken, and back when slices return (owner only). */
+void segment_move_to_full(struct heap *heap, struct segment *segment) INTERNAL;
+void segment_lists_slices_returned(struct heap *heap, struct segment *segment) INTERNAL;
+extern struct spin_lock g_registry_lock INTERNAL;
+extern struct segment *g_registry INTERNAL;
+extern struct spin_lock g_abandoned_lock INTERNAL;
+extern struct spin_lock g_segment_cache_lock INTERNAL;
+extern _Atomic uint64_t g_segment_count INTERNAL;
 
 /* ---- segment_release.c ---- */
 /* Ranges a purge pass releases together (segment_purge gathers them). */
@@ -439,6 +451,7 @@ size_t segment_purge(struct segment *segment, uint32_t now, uint32_t min_age_ms,
 size_t purge_batch_flush(struct purge_batch *batch) INTERNAL;
 size_t purge_batch_bytes(const struct purge_batch *batch) INTERNAL; /* still counted as retained */
 size_t segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms) INTERNAL;
+void segment_purge_now(struct segment *segment, uint32_t now) INTERNAL;
 
 /* ---- page.c ---- */
 void page_init(struct page *page, unsigned class_index, size_t block_size) INTERNAL;
@@ -450,144 +463,7 @@ bool page_stale_tail(const struct page *page, struct iovec *range) INTERNAL;
 void page_collect_if_empties(struct page *page) INTERNAL;
 NORETURN void report_corrupt_free_list(void) INTERNAL;
 
-/* TIDEMALLOC_NO_CHECKS builds the library without the default checks (link
- * encoding, link and pointer validation, the double-free key: its test and
- * its stores): only to measure what they cost (docs/security.md). CHECKS_ON
- * is 0 there, 1 otherwise. */
-#ifdef TIDEMALLOC_NO_CHECKS
-#define CHECKS_ON 0
-#else
-#define CHECKS_ON 1
-#endif
-
-/* The double-free mark: free_key_of(page) in a free block's second word,
- * cleared when the block is handed out. It is one of the default checks,
- * so a build without them writes none on the fast paths (secure mode sets
- * it on its own path, check.c): what `make bench-checks` measures then
- * includes the mark's two stores, one in free and one in malloc. */
-static inline void block_free_mark(struct block *b, const struct page *page) {
-    if (CHECKS_ON) b->free_key = free_key_of(page);
-}
-static inline void block_free_mark_clear(struct block *b) {
-    if (CHECKS_ON) b->free_key = 0;
-}
-
-/* Free-list links are stored as next ^ b ^ LINK_KEY, b being the block that
- * holds the link (glibc's safe-linking idea: forging a link takes the slot's
- * address). A valid link stays in b's segment, so stored ^ LINK_KEY = next ^
- * b lies below SEGMENT_SIZE: one test of its top bits checks it. The key's
- * top bits make a zeroed link, a small number, -1 or any user pointer
- * written over a link fail the check; it is a sign-extended 32-bit
- * immediate, so applying it takes one xor, no 64-bit constant load. (A link
- * overwritten with exactly LINK_KEY, a block pointing at itself, passes: the
- * test of [1, SEGMENT_SIZE) that caught it cost an instruction a malloc.)
- *
- * Lists end in a sentinel (checked builds): a block-sized word pair in the
- * segment's header (segment->list_end), so the last block's link is a valid
- * link like any other, and page->free holds the sentinel when the list is
- * empty. The sentinel's link word is zero, which fails the check: malloc's
- * fast path needs no empty-list test, the check sends an empty list to the
- * slow path. g_empty_page, in no segment, ends in g_list_end. Without the
- * checks, lists end in NULL and the fast path tests for it. */
-#define LINK_KEY 0xffffffffd6a40000ull
-
-extern struct block g_list_end INTERNAL;
-/* The end of a list of the pages of p's segment. */
-static inline struct block *list_end_of(const void *p) {
-    if (!CHECKS_ON) return NULL;
-    return &segment_of(p)->list_end;
-}
-/* The end of a list of a page in a segment: its segment's sentinel (no
- * block lies in a segment's header). */
-static inline bool list_is_segment_end(const struct block *b) {
-    if (!CHECKS_ON) return b == NULL;
-    return ((uintptr_t)b & SEGMENT_MASK) == offsetof(struct segment, list_end);
-}
-static inline bool list_is_end(const struct block *b) {
-    if (!CHECKS_ON) return b == NULL;
-    return list_is_segment_end(b) || b == &g_list_end;
-}
-static inline bool page_list_empty(const struct page *page) {
-    return list_is_end(page->free);
-}
-/* The same for a page in a segment (not g_empty_page): one test. */
-static inline bool segment_page_list_empty(const struct page *page) {
-    return list_is_segment_end(page->free);
-}
-
-static inline struct block *block_link_decode(const struct block *b) { /* unchecked */
-    if (!CHECKS_ON) return (struct block *)b->next_encoded;
-    return (struct block *)(b->next_encoded ^ LINK_KEY ^ (uintptr_t)b);
-}
-static inline void block_link_set(struct block *b, struct block *next) {
-    if (!CHECKS_ON)
-        b->next_encoded = (uintptr_t)next;
-    else
-        b->next_encoded = (uintptr_t)next ^ LINK_KEY ^ (uintptr_t)b;
-}
-/* next ^ b of a valid link: both in one segment. */
-static inline bool block_link_delta_valid(uintptr_t delta) {
-    return (delta & ~(uintptr_t)SEGMENT_MASK) == 0;
-}
-/* The block after b on a free list (or the list's end) in *next, or false:
- * the list is empty (b is its end: the sentinel, or NULL without the
- * checks) or b's link is corrupt. The test is on the link itself, so that
- * malloc's fast path tests once. With `prefetch`, the next block's line is
- * fetched too: the next malloc of the class reads its link (a block another
- * core freed is a miss); without the checks NULL is never prefetched, since
- * that costs a page walk. */
-static inline __attribute__((always_inline)) bool
-block_next_get(const struct block *b, struct block **next, bool prefetch) {
-    if (!CHECKS_ON) {
-        if (b == NULL) return false;
-        *next = (struct block *)b->next_encoded;
-        if (prefetch) __builtin_prefetch(*next != NULL ? *next : b);
-        return true;
-    }
-    uintptr_t delta = b->next_encoded ^ LINK_KEY; /* next ^ b */
-    if (unlikely(!block_link_delta_valid(delta))) return false;
-    *next = (struct block *)(delta ^ (uintptr_t)b);
-    if (prefetch) __builtin_prefetch(*next); /* in b's segment: mapped */
-    return true;
-}
-/* The block after b, which is on a list and not its end; a corrupt link aborts. */
-static inline struct block *block_next_checked(const struct block *b) {
-    struct block *next;
-    if (unlikely(!block_next_get(b, &next, false))) report_corrupt_free_list();
-    return next;
-}
-
-/* page->thread_free of a page a purger reclaimed: every carved block had
- * been freed by other threads and left there by its owner, and the page's
- * memory went back to the kernel. No push makes it: a head is a block. */
-#define THREAD_FREE_RECLAIMED ((uintptr_t)1)
-
-/* page->thread_free: list head (a user-space pointer: 47 bits) and length. */
-#define THREAD_FREE_COUNT_SHIFT 48
-#define THREAD_FREE_COUNT_ONE   ((uintptr_t)1 << THREAD_FREE_COUNT_SHIFT)
-static inline struct block *thread_free_head(uintptr_t word) {
-    return (struct block *)(word & (THREAD_FREE_COUNT_ONE - 1));
-}
-static inline uint32_t thread_free_count(uintptr_t word) {
-    return (uint32_t)(word >> THREAD_FREE_COUNT_SHIFT);
-}
-/* page->thread_free with no block on it: a count of zero, and the end of a
- * list (the segment's sentinel with the checks, NULL without) in the head's
- * bits, so that a push links its last block to the old head as it is, with no
- * test for an empty list (prodcons' consumer: 4 instructions of the 9 the
- * checks added to its free). A descriptor never set up reads 0, and a
- * reclaimed page THREAD_FREE_RECLAIMED: both count zero too. */
-static inline uintptr_t thread_free_empty_word(const struct page *page) {
-    return (uintptr_t)list_end_of(page);
-}
-/* The word after pushing the list `first`..`last` of `count` blocks onto the
- * list in `old`; links `last` to old's head. */
-static inline uintptr_t thread_free_push_word(uintptr_t old, struct block *first,
-                                              struct block *last, uint32_t count) {
-    block_link_set(last, thread_free_head(old)); /* an empty word's head ends a list */
-    return ((old & ~(THREAD_FREE_COUNT_ONE - 1)) + count * THREAD_FREE_COUNT_ONE) |
-           (uintptr_t)first;
-}
+#include "free_list.h"
 
 /* The calling thread's identity: its thread pointer (%fs:0 holds the TCB's own
  * address on x86-64), one load without a TLS lookup. A segment's owner_id is

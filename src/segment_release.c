@@ -161,3 +161,13 @@ segment_reclaim_pages(struct segment *segment, uint32_t now, uint32_t min_age_ms
     spin_unlock(&segment->lock);
     return released;
 }
+
+/* Every free resident slice of the segment goes back now: in aggressive
+ * mode, or an empty segment that the cache keeps without its memory. The
+ * caller keeps the segment mapped (its owner, or the thread releasing it). */
+void segment_purge_now(struct segment *segment, uint32_t now) {
+    struct purge_batch batch;
+    batch.count = 0;
+    segment_purge(segment, now, 0, &batch);
+    purge_batch_flush(&batch);
+}

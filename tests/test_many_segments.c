@@ -1,6 +1,6 @@
 /* A heap of many segments keeps every block intact while large blocks come
  * and go: 2000 blocks of 100-200 KB (over 32 segments, so a segment given
- * slices back moves to the front of its heap's list, segment.c) are
+ * slices back moves to the front of its heap's list, segment_lifecycle.c) are
  * replaced at random 100,000 times, with class blocks and reallocs in
  * between; each block carries a pattern at its start and its end, checked
  * before it is freed, and every block is checked at the end. */
