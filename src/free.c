@@ -45,10 +45,7 @@ static inline __attribute__((always_inline)) bool page_list_free(struct page *pa
      * them, its mark tells calloc: class_pop_inline). Relaxed: as calloc
      * reads it. */
     if (!CHECKS_ON) __atomic_store_n(&page->is_zero, 0, __ATOMIC_RELAXED);
-    /* the only page of its class stays, in aggressive mode too: a malloc/free
-     * loop must not thrash (but in a lent segment: PAGE_LENT) */
-    return unlikely(--page->used == 0) &&
-           (page->next != page || page->slice_count > 1 || page->flags);
+    return unlikely(--page->used == 0) && page_leaves_when_empty(page);
 }
 
 /* The segment's heap pointer is read only when a page empties: the common

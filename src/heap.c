@@ -312,8 +312,7 @@ COLD uint32_t heap_collect(struct heap *heap, bool exiting) {
                 page_collect_remote(page);
             else
                 page_collect_if_empties(page);
-            if (page->used == 0 &&
-                (exiting || page->next != page || page->slice_count > 1 || page->flags)) {
+            if (page->used == 0 && (exiting || page_leaves_when_empty(page))) {
                 queue_remove(head, page, &g_empty_page);
                 segment_page_free(heap, page);
             }
@@ -721,8 +720,7 @@ void heap_page_empty(struct heap *heap, struct page *page) {
  * should call purge_after_free once it has let go. */
 bool heap_page_empty_quiet(struct heap *heap, struct page *page) {
     int saved = errno;
-    /* The page leaves: free's test (page_list_free) kept a class's only
-     * one-slice page, unless its segment was lent. */
+    /* The page leaves: its callers asked page_leaves_when_empty. */
     if (page->class_index == LARGE_CLASS)
         large_remove(heap, page);
     else if (page->flags & PAGE_IN_FULL)

@@ -401,7 +401,8 @@ static inline uint64_t run_mask(unsigned first, unsigned count) {
 /* Free resident slices join (add) or leave the retained memory. */
 void retained_slices_note(uint64_t slices_mask, bool add) INTERNAL;
 void retained_bytes_note(uint64_t bytes, bool add) INTERNAL; /* cached pages (page_cache.c) */
-extern _Atomic uint64_t g_retained_bytes INTERNAL;           /* free slices not yet released */
+/* free slices not yet released */
+extern _Atomic uint64_t g_retained_bytes INTERNAL;
 extern _Atomic uint64_t g_page_slice_bytes INTERNAL; /* slices taken by pages (cached ones too) */
 /* Pages whose every block that fits waits on thread_free (count == reserved):
  * free memory their owner has not collected; reclaimable by a purger. */
@@ -462,6 +463,15 @@ uint32_t page_collect_remote(struct page *page) INTERNAL; /* returns blocks coll
 bool page_stale_tail(const struct page *page, struct iovec *range) INTERNAL;
 void page_collect_if_empties(struct page *page) INTERNAL;
 NORETURN void report_corrupt_free_list(void) INTERNAL;
+/* Whether a page that just emptied leaves its class (for the page cache or
+ * its segment): all do but a class's only one-slice page, which stays, in
+ * aggressive mode too, so that a malloc/free loop does not thrash; in a
+ * segment the arena lent (PAGE_LENT) that one leaves too. A page on its
+ * class's full list (PAGE_IN_FULL) always leaves. free's test and
+ * heap_collect's. */
+static inline bool page_leaves_when_empty(const struct page *page) {
+    return page->next != page || page->slice_count > 1 || page->flags;
+}
 
 #include "free_list.h"
 
@@ -557,10 +567,10 @@ struct heap *exit_heap_locked(bool create) INTERNAL; /* exit heap lock held */
  * free's files (built for speed), and the rest out of line there: through
  * calls, a 1-8 KiB malloc and free took 170 instructions, twice tcmalloc's. */
 void *shared_class_refill(struct heap *heap, unsigned cls) INTERNAL; /* the cache is empty */
-void shared_class_over(struct heap *heap,
-                       const struct page *page) INTERNAL; /* past a limit, or lent */
-void shared_caches_release(struct heap *heap) INTERNAL;   /* every cached block back */
-void shared_depot_fork_lock(void) INTERNAL; /* fork: its locks, after the exit heap's */
+/* the cache is past a limit, or the block's page lies in a lent segment */
+void shared_class_over(struct heap *heap, const struct page *page) INTERNAL;
+void shared_caches_release(struct heap *heap) INTERNAL; /* every cached block back */
+void shared_depot_fork_lock(void) INTERNAL;             /* fork: its locks, after the exit heap's */
 void shared_depot_fork_unlock(void) INTERNAL;
 void shared_depot_forget(void) INTERNAL; /* fork child that took no lock */
 
@@ -611,8 +621,8 @@ static inline void shared_class_push(struct heap *heap, struct page *page, struc
                  page->in_lent_segment))
         shared_class_over(heap, page);
 }
-bool shared_heap_collect(
-    void) INTERNAL; /* malloc_trim: its empty pages back; false: no shared heap */
+/* malloc_trim: its empty pages back; false: there is no shared heap */
+bool shared_heap_collect(void) INTERNAL;
 bool shared_heap_give_back(void) INTERNAL;                   /* memory is short: true if it tried */
 void heap_shared_slow_path_note(struct heap *heap) INTERNAL; /* exit heap lock held */
 /* free.c: b back on its page's list, the exit heap lock held (its pages'
