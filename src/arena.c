@@ -19,87 +19,25 @@
  * huge lock, taken before any chunk's, is held to add or remove a chunk and
  * to search several: a thread that carves and frees blocks in its home chunk
  * takes no lock another thread takes, as glibc's per-thread heaps. System
- * calls of a release are made on extents taken off the lists first. */
+ * calls of a release are made on extents taken off the lists first
+ * (arena_release.c, which gives dirty extents back and unmaps empty
+ * chunks). The types and the helpers both files use are in arena.h. */
 #define _GNU_SOURCE
-#include <string.h>
-#include <sys/uio.h>
-
-#include "internal.h"
-
-/* A free extent. Invariants: a chunk's extents are sorted by start, never
- * overlap, lie within the chunk past its header; two adjacent extents differ
- * in `dirty` (those that agree are merged). */
-struct arena_extent {
-    uintptr_t start;   /* page aligned */
-    size_t size;       /* a multiple of the page size, > 0 */
-    uint32_t freed_ms; /* when the newest part was freed (dirty extents) */
-    bool dirty;        /* may hold resident pages: counted in g_arena_dirty_bytes */
-};
-
-/* A block handed out. Invariant: a chunk's blocks are sorted by start and
- * overlap neither one another nor a free extent. */
-struct arena_block {
-    uintptr_t start;      /* the address handed out, page aligned */
-    size_t size;          /* bytes, a page multiple */
-    bool retain;          /* taken under the mmap threshold: its free moves no threshold */
-    uint32_t dirty_pages; /* when handed out, the pages from start up to the last one
-                             that may have been resident; those after read as zero
-                             (realloc's copy populates them: arena_usable_size) */
-};
-
-#define CHUNK_EXTENTS_MAX 1024
-#define CHUNK_BLOCKS_MAX  1024
-#define FREED_RECENT      64
-
-/* A chunk's first pages: its lists. Their pages are touched only as the
- * lists grow: one for the ring and the first 149 extents, one for the first
- * 170 blocks. */
-struct chunk_header {
-    /* the last blocks freed: a second free is a double free, not an invalid pointer */
-    uintptr_t freed_recent[FREED_RECENT];
-    struct arena_extent extents[CHUNK_EXTENTS_MAX]; /* free, sorted by start */
-    struct arena_block blocks[CHUNK_BLOCKS_MAX];    /* handed out, sorted by start */
-};
-#define CHUNK_HEADER_SIZE                                                                          \
-    ((sizeof(struct chunk_header) + OS_PAGE_SIZE - 1) & ~(size_t)(OS_PAGE_SIZE - 1))
-
-/* Where a chunk lies: read without a lock by every free of a big block, so
- * apart from the chunks' state, which their owners write all the time. */
-struct chunk_range {
-    _Atomic uintptr_t base; /* 0: empty slot; stored last (release) */
-    _Atomic size_t size;    /* bytes mapped, the header's included */
-};
-
-/* A chunk's state, under its lock, one per cache line. */
-struct arena_chunk {
-    struct spin_lock lock;
-    struct heap *home_of;        /* the thread heap that carves here first, or NULL; the
-                                    heap's arena_home may still name this slot after the
-                                    chunk went: its owner checks home_of under the lock */
-    struct chunk_header *header; /* the chunk's base while it is mapped: a plain copy of
-                                    ranges_of[].base for code under the lock (read through
-                                    the atomic, every list access grew the code by 290
-                                    bytes, a twelfth page) */
-    unsigned extent_count;       /* extents in use */
-    unsigned block_count;        /* blocks in use */
-    unsigned freed_recent_next;  /* next slot of header->freed_recent */
-} __attribute__((aligned(64)));
+#include "arena.h"
 
 /* Address space, not memory (NORESERVE). 64 MiB chunks left `large` (blocks
  * up to 8 MiB, grown by realloc) at 131 MiB of peak RSS against 89.8 with
  * 256 MiB: blocks cannot span chunks, so smaller ones fragment. */
 #define ARENA_CHUNK_SIZE ((size_t)256 << 20)
 #define ARENA_CHUNK_MIN  ((size_t)16 << 20) /* smallest tried when address space is short */
-#define ARENA_CHUNKS_MAX 256
-#define RELEASE_BATCH    32 /* extents released per round of system calls */
 
-LARGE_BSS static struct chunk_range ranges_of[ARENA_CHUNKS_MAX]; /* written under the huge lock */
-LARGE_BSS static struct arena_chunk chunks[ARENA_CHUNKS_MAX];
+LARGE_BSS struct chunk_range g_arena_ranges[ARENA_CHUNKS_MAX];
+LARGE_BSS struct arena_chunk g_arena_chunks[ARENA_CHUNKS_MAX];
 static _Atomic unsigned chunk_slots_used; /* slots below it may be in use; huge lock */
 _Atomic uint64_t g_arena_dirty_bytes;     /* bytes of dirty extents */
 _Atomic uint64_t g_arena_used_bytes;      /* bytes in blocks handed out */
 
-WARM static void counter_add(_Atomic uint64_t *counter, size_t bytes, bool add) {
+WARM void counter_add(_Atomic uint64_t *counter, size_t bytes, bool add) {
     /* relaxed: statistics and a purge trigger; each chunk's lock orders its lists */
     if (add)
         atomic_fetch_add_explicit(counter, bytes, memory_order_relaxed);
@@ -109,19 +47,14 @@ WARM static void counter_add(_Atomic uint64_t *counter, size_t bytes, bool add) 
 #define used_bytes_add(bytes, add)  counter_add(&g_arena_used_bytes, bytes, add)
 #define dirty_bytes_add(bytes, add) counter_add(&g_arena_dirty_bytes, bytes, add)
 
-static unsigned slots_used(void) {
+unsigned slots_used(void) {
     /* acquire: a slot counted here was written before the count */
     return atomic_load_explicit(&chunk_slots_used, memory_order_acquire);
 }
 
-WARM static uintptr_t chunk_base(const struct arena_chunk *c) {
+WARM uintptr_t chunk_base(const struct arena_chunk *c) {
     /* acquire: the chunk's header and size were written before its base */
-    return atomic_load_explicit(&ranges_of[c - chunks].base, memory_order_acquire);
-}
-
-static size_t chunk_size(const struct arena_chunk *c) {
-    /* relaxed: written before the base, which the caller read (acquire) */
-    return atomic_load_explicit(&ranges_of[c - chunks].size, memory_order_relaxed);
+    return atomic_load_explicit(&g_arena_ranges[c - g_arena_chunks].base, memory_order_acquire);
 }
 
 /* The first of `count` entries sorted by start that starts at or after
@@ -149,7 +82,7 @@ static unsigned extent_index_from(const struct arena_chunk *c, uintptr_t address
 }
 
 /* Shifts by hand: libc's memmove would be one more import to map (tests/suite-static.sh). */
-WARM static void extent_remove(struct arena_chunk *c, unsigned i) {
+WARM void extent_remove(struct arena_chunk *c, unsigned i) {
     for (; i + 1 < c->extent_count; i++)
         c->header->extents[i] = c->header->extents[i + 1];
     c->extent_count--;
@@ -231,8 +164,8 @@ static size_t run_bytes(const struct arena_chunk *c, unsigned i, unsigned *after
 }
 
 /* A range of chunk c back on its free list; `now`: the time it was freed. */
-WARM static void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
-                              uint32_t now) {
+WARM void range_return(struct arena_chunk *c, uintptr_t start, size_t size, bool dirty,
+                       uint32_t now) {
     if (!extent_insert(c, start, size, dirty, now) && dirty)
         os_release((void *)start, size); /* the list is full: the range stays out of use */
 }
@@ -283,7 +216,7 @@ static struct arena_chunk *chunk_add(size_t size) {
     int slot = -1;
     for (int i = 0; i < ARENA_CHUNKS_MAX && slot < 0; i++)
         /* relaxed: the huge lock orders the slots' writers */
-        if (atomic_load_explicit(&ranges_of[i].base, memory_order_relaxed) == 0) slot = i;
+        if (atomic_load_explicit(&g_arena_ranges[i].base, memory_order_relaxed) == 0) slot = i;
     if (slot < 0 || size > SIZE_MAX - CHUNK_HEADER_SIZE) return NULL;
     size += CHUNK_HEADER_SIZE;
     /* Address space short (RLIMIT_AS): halve the chunk down to 16 MiB, then
@@ -306,15 +239,15 @@ static struct arena_chunk *chunk_add(size_t size) {
     }
     if (base == NULL) return NULL;
     os_advise_arena_chunk(base, mapped);
-    struct arena_chunk *c = &chunks[slot];
+    struct arena_chunk *c = &g_arena_chunks[slot];
     spin_lock(&c->lock);
     c->home_of = NULL;
     c->header = base;
     c->extent_count = c->block_count = c->freed_recent_next = 0;
     extent_insert(c, (uintptr_t)base + CHUNK_HEADER_SIZE, mapped - CHUNK_HEADER_SIZE, false, 0);
     /* relaxed: published by the release store of the base after it */
-    atomic_store_explicit(&ranges_of[slot].size, mapped, memory_order_relaxed);
-    atomic_store_explicit(&ranges_of[slot].base, (uintptr_t)base, memory_order_release);
+    atomic_store_explicit(&g_arena_ranges[slot].size, mapped, memory_order_relaxed);
+    atomic_store_explicit(&g_arena_ranges[slot].base, (uintptr_t)base, memory_order_release);
     if ((unsigned)slot >= slots_used())
         atomic_store_explicit(&chunk_slots_used, (unsigned)slot + 1, memory_order_release);
     return c;
@@ -323,7 +256,7 @@ static struct arena_chunk *chunk_add(size_t size) {
 /* The chunk whose range holds `address`, locked, or NULL. */
 WARM static struct arena_chunk *chunk_lock_holding(uintptr_t address) {
     for (unsigned i = 0, used = slots_used(); i < used; i++) {
-        struct arena_chunk *c = &chunks[i];
+        struct arena_chunk *c = &g_arena_chunks[i];
         uintptr_t base = chunk_base(c);
         if (base == 0 || address - base >= chunk_size(c)) continue;
         spin_lock(&c->lock);
@@ -386,14 +319,14 @@ WARM static uintptr_t run_take(struct arena_chunk *c, unsigned i, size_t size, s
 /* Chunk c (locked) becomes the home of `heap`, this thread's; the one it had
  * is no thread's now (huge lock held: no other thread holds two chunk locks). */
 WARM static void chunk_make_home(struct arena_chunk *c, struct heap *heap) {
-    if (heap->arena_home && &chunks[heap->arena_home - 1] != c) {
-        struct arena_chunk *old = &chunks[heap->arena_home - 1];
+    if (heap->arena_home && &g_arena_chunks[heap->arena_home - 1] != c) {
+        struct arena_chunk *old = &g_arena_chunks[heap->arena_home - 1];
         spin_lock(&old->lock);
         if (old->home_of == heap) old->home_of = NULL;
         spin_unlock(&old->lock);
     }
     c->home_of = heap;
-    heap->arena_home = (uint16_t)(c - chunks + 1);
+    heap->arena_home = (uint16_t)(c - g_arena_chunks + 1);
 }
 
 /* The most dirty place of chunk c (locked) where `size` bytes from the start
@@ -457,7 +390,7 @@ WARM static struct arena_chunk *chunk_best(size_t size, size_t alignment, enum c
     struct arena_chunk *best = NULL;
     size_t best_fit = 0;
     for (unsigned slot = 0, used = slots_used(); slot < used; slot++) {
-        struct arena_chunk *c = &chunks[slot];
+        struct arena_chunk *c = &g_arena_chunks[slot];
         if (chunk_base(c) == 0) continue;
         spin_lock(&c->lock);
         size_t fit = chunk_fit(c, size, alignment, pick, index);
@@ -510,7 +443,7 @@ WARM void *arena_alloc(size_t size, size_t alignment, bool resident_only, bool r
     bool can_own = heap != &g_empty_heap; /* not a thread past its exit */
     uintptr_t block = 0;
     if (!resident_only && can_own && heap->arena_home) {
-        struct arena_chunk *c = &chunks[heap->arena_home - 1];
+        struct arena_chunk *c = &g_arena_chunks[heap->arena_home - 1];
         unsigned index;
         size_t bytes;
         spin_lock(&c->lock);
@@ -632,7 +565,7 @@ WARM int arena_resize(void *p, size_t size) {
 
 void arena_disown(struct heap *heap, bool lock) {
     if (heap->arena_home) {
-        struct arena_chunk *c = &chunks[heap->arena_home - 1];
+        struct arena_chunk *c = &g_arena_chunks[heap->arena_home - 1];
         if (lock) spin_lock(&c->lock);
         if (c->home_of == heap) c->home_of = NULL;
         if (lock) spin_unlock(&c->lock);
@@ -700,106 +633,11 @@ RARE void arena_lent_back(uintptr_t start, size_t size) {
     spin_unlock(&c->lock);
 }
 
-/* ---- the release policy's side ---- */
-
-/* Unmaps the chunks that are one clean extent from end to end (huge lock
- * held; dropped around each munmap). */
-static void chunks_unmap_free(void) {
-    for (unsigned slot = 0; slot < slots_used(); slot++) {
-        struct arena_chunk *c = &chunks[slot];
-        uintptr_t base = chunk_base(c);
-        size_t size = chunk_size(c);
-        if (base == 0) continue;
-        spin_lock(&c->lock);
-        bool unmap = c->block_count == 0 && c->extent_count == 1 && !c->header->extents[0].dirty &&
-                     c->header->extents[0].size == size - CHUNK_HEADER_SIZE;
-        if (unmap) {
-            /* relaxed: the locks order it for the chunk's users; a lookup
-             * that read the old base checks it again under the lock */
-            atomic_store_explicit(&ranges_of[slot].base, 0, memory_order_relaxed);
-            c->home_of = NULL;
-            c->extent_count = 0;
-        }
-        spin_unlock(&c->lock);
-        if (!unmap) continue;
-        spin_unlock(&g_huge_lock);
-        os_unmap((void *)base, size);
-        spin_lock(&g_huge_lock);
-    }
-}
-
-/* Takes up to RELEASE_BATCH dirty extents idle for the purge delay (all
- * dirty ones: everything) off the lists, into ranges[] and their chunks into
- * owner[]; returns how many (huge lock held). */
-static unsigned release_batch_take(bool everything, uint32_t now, struct iovec *ranges,
-                                   struct arena_chunk **owner) {
-    unsigned count = 0;
-    for (unsigned slot = 0, used = slots_used(); slot < used && count < RELEASE_BATCH; slot++) {
-        struct arena_chunk *c = &chunks[slot];
-        if (chunk_base(c) == 0) continue;
-        spin_lock(&c->lock);
-        for (unsigned i = 0; i < c->extent_count && count < RELEASE_BATCH;) {
-            struct arena_extent *e = &c->header->extents[i];
-            if (!e->dirty ||
-                (!everything && (uint32_t)(now - e->freed_ms) < OPTION(purge_delay_ms))) {
-                i++;
-                continue;
-            }
-            ranges[count] = (struct iovec){(void *)e->start, e->size};
-            owner[count++] = c;
-            dirty_bytes_add(e->size, false);
-            extent_remove(c, i);
-        }
-        spin_unlock(&c->lock);
-    }
-    return count;
-}
-
-WARM static NOINLINE bool arena_release_chunks(bool everything, uint32_t now) {
-    bool released = false;
-    os_unmapping_begin();
-    spin_lock(&g_huge_lock);
-    for (;;) {
-        /* Off the lists while the kernel releases them, so no block is
-         * carved from a range being zeroed, and their chunks stay mapped. */
-        struct iovec ranges[RELEASE_BATCH];
-        struct arena_chunk *owner[RELEASE_BATCH];
-        unsigned count = release_batch_take(everything, now, ranges, owner);
-        if (count == 0) break;
-        spin_unlock(&g_huge_lock);
-        uint64_t went = os_release_ranges(ranges, count);
-        spin_lock(&g_huge_lock);
-        for (unsigned k = 0; k < count; k++) {
-            bool clean = went >> k & 1;
-            released |= clean;
-            spin_lock(&owner[k]->lock);
-            range_return(owner[k], (uintptr_t)ranges[k].iov_base, ranges[k].iov_len, !clean, now);
-            spin_unlock(&owner[k]->lock);
-        }
-        if (count < RELEASE_BATCH || went == 0) break;
-    }
-    chunks_unmap_free();
-    spin_unlock(&g_huge_lock);
-    os_unmapping_end();
-    return released;
-}
-
 /* Every purge pass comes here: a process that never made a chunk (no block
  * over 256 KiB under the mmap threshold) returns at once, without mapping
- * the warm code (tests/test_rare_code_apart.c). */
+ * the warm code (tests/test_rare_code_apart.c). Here, beside slots_used:
+ * gcc then knows which registers that call leaves alone (20 bytes less). */
 bool arena_release(bool everything, uint32_t now) {
     if (slots_used() == 0) return false;
     return arena_release_chunks(everything, now);
-}
-
-/* ---- fork: after the huge lock, every chunk's, in slot order ---- */
-
-void arena_fork_lock(void) {
-    for (unsigned slot = 0, used = slots_used(); slot < used; slot++)
-        spin_lock(&chunks[slot].lock);
-}
-
-void arena_fork_unlock(void) {
-    for (unsigned slot = slots_used(); slot-- > 0;)
-        spin_unlock(&chunks[slot].lock);
 }

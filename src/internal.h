@@ -647,7 +647,7 @@ extern _Atomic uint64_t g_huge_bytes INTERNAL;
 extern _Atomic uint64_t g_huge_max_bytes INTERNAL;
 extern _Atomic uint64_t g_huge_max_count INTERNAL;
 
-/* ---- arena.c: blocks over ARENA_MIN and under the mmap threshold ---- */
+/* ---- arena.c, arena_release.c: blocks over ARENA_MIN and under the mmap threshold ---- */
 /* Each function takes the locks it needs (a chunk's, and the huge lock
  * before it to add, remove or search several chunks). arena_alloc: `size`
  * bytes (page multiple) aligned to `alignment` (a power of two, at least a
