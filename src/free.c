@@ -247,12 +247,18 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
     if (CHECKS_ON && unlikely(b->free_key == free_key_of(page)))
         fatal_error("free(): double free detected");
     struct heap *heap = t_heap;
-    if (page->block_size <= REMOTE_BATCH_BLOCK_MAX && heap != &g_empty_heap)
-        remote_batch_add(heap, page, b);
-    else if (page->class_index != LARGE_CLASS && heap != &g_empty_heap)
-        shared_class_push(heap, page, b);
-    else
-        thread_free_push(page, b);
+    if (heap != &g_empty_heap) {
+        if (page->block_size <= REMOTE_BATCH_BLOCK_MAX) {
+            remote_batch_add(heap, page, b);
+            return;
+        }
+        /* blocks of the shared classes (1-32 KiB) join this thread's cache */
+        if ((unsigned)page->class_index - SHARED_CLASS_FIRST < SHARED_CLASS_COUNT) {
+            shared_class_push(heap, page, b);
+            return;
+        }
+    }
+    thread_free_push(page, b);
 }
 
 /* The block already carries the free key: verify before freeing it. A
@@ -294,13 +300,6 @@ static inline __attribute__((always_inline)) void free_inline(void *p) {
     free_remote(page, b);
 }
 
-/* The library's own frees (realloc) and the rarely used entry points share
- * this copy of the fast path: each inlined copy is 250 bytes of the code
- * that every program maps whole (Makefile, COLD_SRCS). */
-NOINLINE void free_internal(void *p) {
-    free_inline(p);
-}
-
 /* realloc keeps a block in place whose free key is set: a block freed
  * already, which would then be handed out twice, or a live one holding a copy
  * of a freed one's words. The owner walks the page's lists to tell; another
@@ -315,6 +314,15 @@ RARE COLD void realloc_freed_check(void *p) {
 API LINE_ALIGNED void TM_NAME(free)(void *p) {
     free_inline(p);
 }
+/* The library's own frees (realloc) and the rarely used entry points: free
+ * itself, called directly (a hidden name, not through the PLT, so a program
+ * that interposes free never sees them). A copy of the fast path of their
+ * own was 208 bytes of the code every program maps whole. */
+#ifdef TIDEMALLOC_PREFIX
+void free_internal(void *p) __attribute__((alias("tm_free")));
+#else
+void free_internal(void *p) __attribute__((alias("free"), copy(free))); /* free's nothrow, leaf */
+#endif
 RARE API void TM_NAME(cfree)(void *p) {
     free_internal(p);
 }
