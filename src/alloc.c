@@ -55,7 +55,7 @@ static inline __attribute__((always_inline)) void *malloc_inline(size_t size, bo
     struct block *b = class_pop_inline(heap, cls, holds_zeros);
     if (likely(b != NULL)) return b;
     if (holds_zeros) *holds_zeros = false;
-    return heap_malloc_refill(heap, cls, size);
+    return heap_malloc_refill(size, heap, cls);
 slow:
     if (holds_zeros) *holds_zeros = false;
     return heap_malloc_slow(heap, size);

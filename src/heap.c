@@ -465,7 +465,7 @@ void *heap_malloc_class(struct heap *heap, unsigned cls) {
     /* checked mode's blocks stay in their heap: its frees take their own
      * path. The shared classes: malloc's refill pops the thread's cache. */
     if (cls >= SHARED_CLASS_FIRST && heap->id != EXIT_HEAP_ID && !OPTION(checked))
-        return heap_malloc_refill(heap, cls, g_class_size[cls]);
+        return heap_malloc_refill(g_class_size[cls], heap, cls);
     struct page *page = heap->pages_direct[cls];
     if (page_list_empty(page)) {
         page = heap_find_page(heap, cls);
@@ -646,7 +646,7 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
  * instructions of dispatch a slow path before, 44 now). A class read stale
  * while mallopt changes the table routes one call another way, as the fast
  * path's own pop of it does. */
-void *heap_malloc_refill(struct heap *heap, size_t cls, size_t size) {
+void *heap_malloc_refill(size_t size, struct heap *heap, size_t cls) {
     if (unlikely(cls == 0 || heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
     if (cls >= SHARED_CLASS_FIRST) return shared_class_pop(heap, (unsigned)cls);
     heap_slow_path_note(heap);

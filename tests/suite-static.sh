@@ -152,9 +152,9 @@ elif ! out=$(make -s --no-print-directory build/bench/pair lib-nochecks 2>&1); t
   echo "FAIL static/fast-path-insns build: $(echo "$out" | tail -1)"
 else
   n=200000
-  for variant in "default $PWD/$so 100 62" "default $PWD/$so 0 68" \
-    "nochecks $PWD/build/nochecks/libtidemalloc.so 100 52" \
-    "nochecks $PWD/build/nochecks/libtidemalloc.so 0 58"; do
+  for variant in "default $PWD/$so 100 61" "default $PWD/$so 0 67" \
+    "nochecks $PWD/build/nochecks/libtidemalloc.so 100 51" \
+    "nochecks $PWD/build/nochecks/libtidemalloc.so 0 57"; do
     read -r build lib live golden <<<"$variant"
     i1=$(pair_insns "$lib" $n "$live")
     i2=$(pair_insns "$lib" $((2 * n)) "$live")
