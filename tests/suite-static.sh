@@ -152,7 +152,7 @@ elif ! out=$(make -s --no-print-directory build/bench/pair lib-nochecks 2>&1); t
   echo "FAIL static/fast-path-insns build: $(echo "$out" | tail -1)"
 else
   n=200000
-  for variant in "default $PWD/$so 100 61" "default $PWD/$so 0 67" \
+  for variant in "default $PWD/$so 100 60" "default $PWD/$so 0 66" \
     "nochecks $PWD/build/nochecks/libtidemalloc.so 100 51" \
     "nochecks $PWD/build/nochecks/libtidemalloc.so 0 57"; do
     read -r build lib live golden <<<"$variant"
