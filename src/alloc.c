@@ -24,8 +24,9 @@ static inline __attribute__((always_inline)) struct block *
 class_pop_inline(struct heap *heap, size_t cls, bool *holds_zeros) {
     struct page *page = heap->pages_direct[cls];
     struct block *b = page->free, *next;
-    /* malloc returns b: in %rax from the load on, not copied there at the
-     * end (one instruction) */
+    /* malloc returns b: bound to %rax from the load on. gcc otherwise
+     * decoded the link there and copied b into it before ret (with the
+     * checks: one instruction a malloc). */
     if (!holds_zeros) __asm__("" : "+a"(b));
     if (unlikely(!block_next_get(b, &next, true))) return NULL;
     if (holds_zeros) {

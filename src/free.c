@@ -252,8 +252,9 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
             remote_batch_add(heap, page, b);
             return;
         }
-        /* blocks of the shared classes (1-32 KiB) join this thread's cache */
-        if ((unsigned)page->class_index - SHARED_CLASS_FIRST < SHARED_CLASS_COUNT) {
+        /* a class block over REMOTE_BATCH_BLOCK_MAX is a shared class's
+         * (1-32 KiB): it joins this thread's cache */
+        if (page->class_index != LARGE_CLASS) {
             shared_class_push(heap, page, b);
             return;
         }
