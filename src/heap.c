@@ -358,8 +358,9 @@ static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
         if (heap->pages_direct[cls] != &g_empty_page) return heap_find_page(heap, cls);
     }
     bool reusable = false;
-    struct page *page = page_cache_take(heap, cls, g_class_slices[cls], &reusable);
-    if (page == NULL) page = segment_page_alloc(heap, g_class_slices[cls], cls);
+    unsigned slices = g_class_slices[heap->frees_others][cls];
+    struct page *page = page_cache_take(heap, cls, slices, &reusable);
+    if (page == NULL) page = segment_page_alloc(heap, slices, cls);
     if (page == NULL) return NULL;
     if (!reusable) {
         page_init(page, cls, g_class_size[cls]);

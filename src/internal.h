@@ -242,7 +242,8 @@ extern _Atomic uint8_t g_class_of_small[CLASS_TABLE_SIZE] INTERNAL;
 bool size_class_table_limit(size_t limit) INTERNAL; /* true: the table changed */
 unsigned class_young(unsigned cls) INTERNAL;
 extern const uint32_t g_class_size[SMALL_CLASS_COUNT] INTERNAL;
-extern const uint8_t g_class_slices[SMALL_CLASS_COUNT] INTERNAL;
+/* [heap->frees_others][cls]: slices per page of the class */
+extern const uint8_t g_class_slices[2][SMALL_CLASS_COUNT] INTERNAL;
 /* The first class from cls up whose block size is a multiple of `alignment`
  * (a power of two), SMALL_CLASS_COUNT if none: its blocks are aligned to it,
  * since a class page starts on a slice and its slack before block 0 is a

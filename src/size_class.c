@@ -33,10 +33,26 @@ const uint32_t g_class_size[SMALL_CLASS_COUNT] = {
     9216, 10240, 12288, 14336, 16384, 18432, 20480, 24576, 28672, 32768,
 };
 
-/* slices (64 KiB) per page of each class: at least 8 blocks a page */
-const uint8_t g_class_slices[SMALL_CLASS_COUNT] = {
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
-    1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4,
+/* Slices (64 KiB) per page of each class, by heap->frees_others. Row 0: the
+ * fewest that hold 8 blocks. Row 1, a thread that frees other threads'
+ * blocks (a server's worker): 8 slices for 640 B to 1 KiB, whose slice holds
+ * only 64-102 blocks. A free goes to its block's own page and malloc takes
+ * the blocks of the class's current page, so a class spread over many small
+ * pages hands out blocks freed long before, cold in the cache (larson: its
+ * workers' live blocks of such a class filled 5-7 one-slice pages; it runs
+ * in 0.87-0.94 of the time with 8). Not for every thread: a thread that sleeps while others
+ * free what it allocated keeps its current page of each class resident as
+ * far as it was carved, since its own list holds blocks carved and never
+ * handed out, and that reached 1.1-1.6 MiB with 8 slices where
+ * rel_remote_reclaim prompt allows 1 (0.7-0.9 with one); a thread that only
+ * allocates for others (that test's owner) keeps row 0. Smaller classes
+ * stay at one slice: wider pages there cost threadchurn and mstress peak
+ * RSS (docs/benchmark-history.md, fifty-seventh session). */
+const uint8_t g_class_slices[2][SMALL_CLASS_COUNT] = {
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
+     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4},
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 8, 8, 8, 8, 1, 1,
+     1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4},
 };
 
 /* The power-of-two class at or above cls, for the classes of at most 1 KiB

@@ -221,7 +221,11 @@ struct heap {
      * set at creation, cleared for good by the owner under the heaps lock */
     uint8_t young;
     uint8_t young_carves; /* owner: OS pages of blocks up to 1 KiB carved while young */
-    uint16_t arena_home;  /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
+    /* owner only: 1 once this thread has batched a free of another
+     * thread's block (free.c, remote_batch_start), 0 before; picks the row
+     * of g_class_slices (size_class.c) for the pages it sets up */
+    uint8_t frees_others;
+    uint16_t arena_home; /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in
      * batches"): a slot the page chooses (remote_batch_index); a slot holds

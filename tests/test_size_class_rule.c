@@ -1,7 +1,8 @@
 /* The size-class rule (size_class_of in src/internal.h) against the tables
  * it was generated into (src/size_class.c): every size up to SMALL_MAX gets
  * the smallest class that holds it, no class wastes a quarter of a request
- * or more, each class page holds at least 8 blocks in as few slices as can,
+ * or more, each class page holds at least 8 blocks in as few slices as can
+ * (a thread that frees other threads' blocks: 8 slices for 640 B-1 KiB),
  * and malloc's table for sizes up to 1 KiB agrees with the rule. A power of
  * two plus a header (sqlite3's 4368 and 1032 bytes) gets the class at 9/8 of
  * that power. This is the arithmetic itself, compiled from the allocator's
@@ -40,14 +41,24 @@ int main(void) {
     CHECK(g_class_size[size_class_of(8200)] == 9216);
 
     for (unsigned cls = 1; cls < SMALL_CLASS_COUNT; cls++) {
-        size_t slices = g_class_slices[cls], size = g_class_size[cls];
+        size_t slices = g_class_slices[0][cls], size = g_class_size[cls];
         CHECKF(slices >= 1 && slices <= PAGE_MAX_SLICES, "class %u: %zu slices", cls, slices);
         CHECKF((slices << SLICE_SHIFT) / size >= 8, "class %u (%zu B): %zu blocks a page", cls,
                size, (slices << SLICE_SHIFT) / size);
         CHECKF(slices == 1 || ((slices / 2) << SLICE_SHIFT) / size < 8,
                "class %u (%zu B): %zu slices where %zu hold 8 blocks", cls, size, slices,
                slices / 2);
+        /* row 1, a thread that frees other threads' blocks: 8 slices for
+         * its classes (not the shared ones, over 1 KiB) whose slice holds
+         * fewer than 128 blocks, the same as row 0 for the others */
+        bool spread = cls < SHARED_CLASS_FIRST && (SLICE_SIZE / size) < 128;
+        CHECKF(g_class_slices[1][cls] == (spread ? PAGE_MAX_SLICES : slices),
+               "class %u (%zu B): %u slices for a thread that frees others' blocks", cls, size,
+               (unsigned)g_class_slices[1][cls]);
     }
+    CHECK(g_class_slices[1][size_class_of(640)] == 8 &&
+          g_class_slices[1][size_class_of(1024)] == 8);
+    CHECK(g_class_slices[1][size_class_of(512)] == 1);
 
     size_class_table_limit(SMALL_MAX);
     for (size_t i = 1; i < 65; i++)
