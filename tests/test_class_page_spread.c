@@ -66,18 +66,6 @@ static void grow_up(void) {
         free(young[--n]);
 }
 
-static void *volatile launder_slot;
-static void *launder(void *p) {
-    launder_slot = p;
-    return launder_slot;
-}
-
-static char *interior; /* for the child */
-static void free_interior(void *unused) {
-    (void)unused;
-    free(launder(interior));
-}
-
 static void *only_allocates(void *arg) {
     (void)arg;
     grow_up();
@@ -102,8 +90,7 @@ static void *frees_others(void *arg) {
         uintptr_t start = (uintptr_t)blocks[i];
         if (start / SLICE == (start + SIZE - 1) / SLICE) continue;
         char msg[512];
-        interior = blocks[i] + (SIZE - 16);
-        int status = run_in_child(free_interior, NULL, msg, sizeof msg);
+        int status = run_in_child(free_laundered, blocks[i] + (SIZE - 16), msg, sizeof msg);
         CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(msg, "free(): "),
                "a pointer into the later slice of block %d: not refused (status %d, \"%s\")", i,
                status, msg);

@@ -17,22 +17,9 @@
 
 static const size_t sizes[] = {10240, 12288, 14336, 16384, 20480, 24576, 28672, 32768};
 
-static void *volatile launder_slot;
-static void *launder(void *p) {
-    launder_slot = p;
-    return launder_slot;
-}
-
-static char *interior; /* for the child */
-static void free_interior(void *unused) {
-    (void)unused;
-    free(launder(interior));
-}
-
 static void expect_abort(char *p, const char *what) {
-    interior = p;
     char msg[1024];
-    int status = run_in_child(free_interior, NULL, msg, sizeof msg);
+    int status = run_in_child(free_laundered, p, msg, sizeof msg);
     CHECKF(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && strstr(msg, "free(): "),
            "%s: not refused (status %d, \"%s\")", what, status, msg);
 }
