@@ -35,23 +35,26 @@ const uint32_t g_class_size[SMALL_CLASS_COUNT] = {
 
 /* Slices (64 KiB) per page of each class, by heap->frees_others. Row 0: the
  * fewest that hold 8 blocks. Row 1, a thread that frees other threads'
- * blocks (a server's worker): 8 slices for 640 B to 1 KiB, whose slice holds
- * only 64-102 blocks. A free goes to its block's own page and malloc takes
- * the blocks of the class's current page, so a class spread over many small
- * pages hands out blocks freed long before, cold in the cache (larson: its
- * workers' live blocks of such a class filled 5-7 one-slice pages; it runs
- * in 0.87-0.94 of the time with 8). Not for every thread: a thread that sleeps while others
- * free what it allocated keeps its current page of each class resident as
- * far as it was carved, since its own list holds blocks carved and never
- * handed out, and that reached 1.1-1.6 MiB with 8 slices where
+ * blocks (a server's worker): the thread-local classes whose slice holds
+ * fewer than 256 blocks (320 B to 1 KiB) take the fewest slices, a power of
+ * two, that hold 512: 4 up to 512 B, 8 from 640 B. A free goes to its
+ * block's own page and malloc takes the blocks of the class's current page,
+ * so a class spread over many small pages hands out blocks freed long
+ * before, cold in the cache (larson: its workers' live blocks of a class of
+ * 640 B-1 KiB filled 5-7 one-slice pages; with 8 slices it runs in
+ * 0.87-0.94 of the time, and with 4 for 320-512 B too, 0.96-0.98 of that;
+ * mstress 0.95-0.96). Not for every thread: a thread that sleeps while
+ * others free what it allocated keeps its current page of each class
+ * resident as far as it was carved, since its own list holds blocks carved
+ * and never handed out, and that reached 1.1-1.6 MiB with 8 slices where
  * rel_remote_reclaim prompt allows 1 (0.7-0.9 with one); a thread that only
- * allocates for others (that test's owner) keeps row 0. Smaller classes
- * stay at one slice: wider pages there cost threadchurn and mstress peak
- * RSS (docs/benchmark-history.md, fifty-seventh session). */
+ * allocates for others (that test's owner) keeps row 0. Smaller classes and
+ * 8 slices from 320 B cost mstress or threadchurn peak RSS
+ * (docs/benchmark-history.md, fifty-seventh and fifty-eighth sessions). */
 const uint8_t g_class_slices[2][SMALL_CLASS_COUNT] = {
     {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1,
      1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4},
-    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 8, 8, 8, 8, 1, 1,
+    {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 4, 4, 4, 4, 8, 8, 8, 8, 1, 1,
      1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 4, 4, 4, 4, 4},
 };
 

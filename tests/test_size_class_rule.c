@@ -2,7 +2,7 @@
  * it was generated into (src/size_class.c): every size up to SMALL_MAX gets
  * the smallest class that holds it, no class wastes a quarter of a request
  * or more, each class page holds at least 8 blocks in as few slices as can
- * (a thread that frees other threads' blocks: 8 slices for 640 B-1 KiB),
+ * (a thread that frees other threads' blocks: 512 blocks from 320 B to 1 KiB),
  * and malloc's table for sizes up to 1 KiB agrees with the rule. A power of
  * two plus a header (sqlite3's 4368 and 1032 bytes) gets the class at 9/8 of
  * that power. This is the arithmetic itself, compiled from the allocator's
@@ -48,17 +48,23 @@ int main(void) {
         CHECKF(slices == 1 || ((slices / 2) << SLICE_SHIFT) / size < 8,
                "class %u (%zu B): %zu slices where %zu hold 8 blocks", cls, size, slices,
                slices / 2);
-        /* row 1, a thread that frees other threads' blocks: 8 slices for
-         * its classes (not the shared ones, over 1 KiB) whose slice holds
-         * fewer than 128 blocks, the same as row 0 for the others */
-        bool spread = cls < SHARED_CLASS_FIRST && (SLICE_SIZE / size) < 128;
-        CHECKF(g_class_slices[1][cls] == (spread ? PAGE_MAX_SLICES : slices),
-               "class %u (%zu B): %u slices for a thread that frees others' blocks", cls, size,
-               (unsigned)g_class_slices[1][cls]);
+        /* row 1, a thread that frees other threads' blocks: the fewest
+         * slices, a power of two, that hold 512 blocks for its classes (not
+         * the shared ones, over 1 KiB) whose slice holds fewer than 256,
+         * the same as row 0 for the others */
+        size_t wide = slices;
+        if (cls < SHARED_CLASS_FIRST && SLICE_SIZE / size < 256)
+            for (wide = 1; (wide << SLICE_SHIFT) / size < 512;)
+                wide *= 2;
+        CHECKF(g_class_slices[1][cls] == wide,
+               "class %u (%zu B): %u slices for a thread that frees others' blocks, not %zu", cls,
+               size, (unsigned)g_class_slices[1][cls], wide);
     }
+    CHECK(g_class_slices[1][size_class_of(320)] == 4 && g_class_slices[1][size_class_of(512)] == 4);
     CHECK(g_class_slices[1][size_class_of(640)] == 8 &&
           g_class_slices[1][size_class_of(1024)] == 8);
-    CHECK(g_class_slices[1][size_class_of(512)] == 1);
+    CHECK(g_class_slices[1][size_class_of(256)] == 1 &&
+          g_class_slices[1][size_class_of(1152)] == 1);
 
     size_class_table_limit(SMALL_MAX);
     for (size_t i = 1; i < 65; i++)
