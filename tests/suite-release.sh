@@ -156,6 +156,7 @@ run idle-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PE
 # own test below.
 run remote-freed-idle-owner TIDEMALLOC_RETAIN_PERCENT=0 -- rel_remote_reclaim idle
 run remote-freed-exited-owner TIDEMALLOC_RETAIN_PERCENT=0 -- rel_remote_reclaim exited
+run remote-freed-exited-worker TIDEMALLOC_RETAIN_PERCENT=0 -- rel_remote_reclaim worker-exited
 run remote-freed-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 \
   -- rel_remote_reclaim retain
 run remote-freed-trim TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_remote_reclaim trim

@@ -11,6 +11,15 @@
  *                               within 5 s (the purge delay is 1 s)
  *   rel_remote_reclaim exited   the same with the owner gone before the frees
  *                               (its segments abandoned, adopted by nobody)
+ *   rel_remote_reclaim worker-exited
+ *                               the same, the owner having first freed a
+ *                               block of the main thread's: it frees other
+ *                               threads' blocks, so its pages of 320 B-1 KiB
+ *                               span 4-8 slices (src/size_class.c), and the
+ *                               main thread's remote free batches, which it
+ *                               holds while it sleeps, must not keep them
+ *                               from filling (11.9 MiB stayed when they
+ *                               took those pages' blocks)
  *   rel_remote_reclaim retain   with TIDEMALLOC_BACKGROUND_PURGE=0: what is
  *                               resident after the frees (at least 2 MiB:
  *                               the pages filled in their last milliseconds)
@@ -115,8 +124,14 @@ static void allocate_all(unsigned char fill) {
     nblocks = n;
 }
 
+static void *foreign; /* worker-exited: the main thread's block, freed by the owner */
+
 static void *owner(void *arg) {
     (void)arg;
+    if (foreign != NULL) {
+        free(malloc(16)); /* a heap of its own, so that the next free is batched */
+        free(foreign);
+    }
     allocate_all(0x5a);
     set_stage(1);
     if (exit_early) return NULL;
@@ -160,8 +175,15 @@ int main(int argc, char **argv) {
     int retain = strcmp(mode, "retain") == 0, trim = strcmp(mode, "trim") == 0;
     int bound = strcmp(mode, "bound") == 0, prompt = strcmp(mode, "prompt") == 0;
     int soon = strcmp(mode, "soon") == 0;
+    if (strcmp(mode, "worker-exited") == 0) {
+        exited = 1;
+        foreign = malloc(100);
+        if (foreign == NULL) REL_FAIL("malloc(100) failed");
+    }
     if (!idle && !exited && !retain && !trim && !bound && !prompt && !soon) {
-        fprintf(stderr, "usage: rel_remote_reclaim idle|exited|retain|trim|bound|prompt|soon\n");
+        fprintf(
+            stderr,
+            "usage: rel_remote_reclaim idle|exited|worker-exited|retain|trim|bound|prompt|soon\n");
         return 2;
     }
     if (prompt || soon) target = TARGET_PROMPT;
