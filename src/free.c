@@ -168,7 +168,7 @@ static NOINLINE void remote_batch_start(struct heap *heap, struct page *page, st
     unsigned index = remote_batch_index(page);
     struct remote_batch *batch = &heap->remote_batches[index];
     if (word != 0) remote_batch_push(heap, batch);
-    heap->frees_others = 1; /* its pages of 640 B-1 KiB spread (g_class_slices) */
+    heap->frees_others = 1; /* its pages of 320 B-1 KiB spread (g_class_slices) */
     heap->remote_batches_open |= (uint64_t)1 << index;
     batch->first = batch->last = b;
     /* relaxed: as in remote_batch_push */
