@@ -179,17 +179,8 @@ static NOINLINE void remote_batch_start(struct heap *heap, struct page *page, st
  * whose consumer never allocates and so has no heap, ran 25% slower with
  * this inlined there). */
 static NOINLINE void remote_batch_add(struct heap *heap, struct page *page, struct block *b) {
-    block_free_mark(b, page);
-    /* A page of several slices (a frees-others thread's, g_class_slices) is
-     * pushed to at once: a batch held by a thread that then sleeps keeps its
-     * page from filling, and so resident, and these span up to 512 KiB
-     * (rel_remote_reclaim worker-exited: 11.9 MiB stayed, 3.7 now; larson
-     * paid 6% of its time for it, mstress 2%). */
-    if (page->slice_count > 1) {
-        thread_free_push_blocks(page, b, b, 1);
-        return;
-    }
     struct remote_batch *batch = remote_batch_slot(heap, page);
+    block_free_mark(b, page);
     /* relaxed: as in remote_batch_push */
     uintptr_t word = atomic_load_explicit(&batch->page_and_count, memory_order_relaxed);
     if ((word & ~(uintptr_t)63) != (uintptr_t)page) {
@@ -260,12 +251,19 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
     struct heap *heap = t_heap;
     if (heap != &g_empty_heap) {
         if (page->block_size <= REMOTE_BATCH_BLOCK_MAX) {
-            remote_batch_add(heap, page, b);
-            return;
-        }
-        /* a class block over REMOTE_BATCH_BLOCK_MAX is a shared class's
-         * (1-32 KiB): it joins this thread's cache */
-        if (page->class_index != LARGE_CLASS) {
+            /* A page of several slices (a frees-others thread's,
+             * g_class_slices) is pushed to at once: a batch held by a
+             * thread that then sleeps keeps its page from filling, and so
+             * resident, and these span up to 512 KiB (rel_remote_reclaim
+             * worker-exited: 11.9 MiB stayed, 3.7 now; larson paid 6% of
+             * its time for it, mstress 2%). */
+            if (page->slice_count == 1) {
+                remote_batch_add(heap, page, b);
+                return;
+            }
+        } else if (page->class_index != LARGE_CLASS) {
+            /* a class block over REMOTE_BATCH_BLOCK_MAX is a shared
+             * class's (1-32 KiB): it joins this thread's cache */
             shared_class_push(heap, page, b);
             return;
         }

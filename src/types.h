@@ -40,7 +40,8 @@
 
 /* Remote frees in batches (free.c): slots per heap, blocks per batch, and
  * the largest block size batched (larger blocks would hold more memory back
- * from their owner than the saved atomic is worth: mstress's peak RSS). */
+ * from their owner than the saved atomic is worth: mstress's peak RSS; and
+ * only blocks of one-slice pages: free_remote). */
 #define REMOTE_BATCH_SLOTS     64
 #define REMOTE_BATCH_MAX       8
 #define REMOTE_BATCH_BLOCK_MAX 1024
