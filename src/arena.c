@@ -238,7 +238,7 @@ static struct arena_chunk *chunk_add(size_t size) {
         base = os_map_block(size);
     }
     if (base == NULL) return NULL;
-    os_advise_arena_chunk(base, mapped);
+    os_arena_chunk_mapped(base, mapped);
     struct arena_chunk *c = &g_arena_chunks[slot];
     spin_lock(&c->lock);
     c->home_of = NULL;

@@ -229,6 +229,7 @@ void os_segments_init(void) INTERNAL; /* maps the segment map; THP "always": non
 bool os_segment_map_writable(uintptr_t index) INTERNAL; /* false: no memory */
 void os_advise_segment(void *segment) INTERNAL;         /* a new segment: huge pages or none */
 void os_advise_arena_chunk(void *chunk, size_t size) INTERNAL; /* the same for the arena */
+void os_arena_chunk_mapped(void *chunk, size_t size) INTERNAL; /* advised, its map pages writable */
 void *os_map_huge_pages(size_t size, size_t *mapped) INTERNAL; /* hugetlb 2+: NULL if not */
 
 /* Slices a large block of `size` bytes takes. */

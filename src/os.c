@@ -443,6 +443,22 @@ void os_advise_arena_chunk(void *chunk, size_t size) {
     if (segments_refuse_thp) advise_pages(chunk, size, MADV_NOHUGEPAGE);
 }
 
+/* A new arena chunk: advised as above, and the segment map's pages for its
+ * range made writable now, while the limit has room. A segment lent from
+ * it when address space runs short (arena_lend) needs its byte there, and
+ * under RLIMIT_DATA making a map page writable charges 4 KiB: at the limit
+ * the mprotect failed, and the lent segment with it, wherever the chunk lay
+ * in a 16 GiB range no segment had used (`oom lent data`, a run in 20-40).
+ * Best effort: a failure here leaves what was (the mprotect at lending). */
+void os_arena_chunk_mapped(void *chunk, size_t size) {
+    os_advise_arena_chunk(chunk, size);
+    uintptr_t index = (uintptr_t)chunk >> SEGMENT_SHIFT;
+    uintptr_t last = ((uintptr_t)chunk + size - 1) >> SEGMENT_SHIFT;
+    for (; index < last; index += OS_PAGE_SIZE) /* one map page a step */
+        os_segment_map_writable(index);
+    os_segment_map_writable(last);
+}
+
 /* hugetlb 2 or more: `size` rounded up to whole huge pages, mapped on them if
  * it is at least one huge page and the kernel has them free; NULL otherwise
  * (the caller maps normal pages instead). */
