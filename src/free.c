@@ -131,8 +131,13 @@ static inline __attribute__((always_inline)) void thread_free_push(struct page *
  * malloc_trim and at thread exit.
  * Batched blocks are not yet their owner's to reuse: per thread at most
  * REMOTE_BATCH_SLOTS batches of REMOTE_BATCH_MAX - 1 blocks of at most
- * REMOTE_BATCH_BLOCK_MAX bytes of one-slice pages, held until its next
- * flush. A batched block
+ * REMOTE_BATCH_BLOCK_MAX bytes, held until its next flush. A batch keeps its
+ * page from filling, and so resident, while its thread sleeps; a page of
+ * several slices (a frees-others thread's, g_class_slices) spans up to 512
+ * KiB, so at most REMOTE_BATCH_WIDE_MAX such batches are open at once
+ * (rel_remote_reclaim worker-exited: 11.9 MiB stayed with no bound, 3.7
+ * with none of them batched, 3.6-4.3 now; larson ran 6% slower unbatched, and
+ * 4 batches won that back). A batched block
  * carries its page's free key, so a second free of it by any thread but
  * its owner aborts at once; the owner, which finds it on none of its
  * page's lists, looks for an open batch of the page
@@ -156,18 +161,29 @@ static NOINLINE void remote_batch_push(struct heap *heap, struct remote_batch *b
     /* relaxed: this thread's own word; other threads only peek at it */
     uintptr_t word = atomic_load_explicit(&batch->page_and_count, memory_order_relaxed);
     atomic_store_explicit(&batch->page_and_count, 0, memory_order_relaxed);
-    thread_free_push_list((struct page *)(word & ~(uintptr_t)63), batch->first, batch->last,
-                          (uint32_t)(word & 63));
+    struct page *page = (struct page *)(word & ~(uintptr_t)63);
+    /* the batch's blocks keep the page in use: its line 0 holds still */
+    heap->remote_batches_wide -= page->slice_count > 1;
+    thread_free_push_list(page, batch->first, batch->last, (uint32_t)(word & 63));
 }
 
 /* A batch of b's page in the slot, after pushing the batch of another page
- * that held it (word: the slot's page_and_count). Out of line, so that
- * adding to an open batch, the common case, needs no stack frame. */
+ * that held it (word: the slot's page_and_count); b (marked) is pushed alone
+ * instead if its page spans several slices and REMOTE_BATCH_WIDE_MAX such
+ * batches are open. Out of line, so that adding to an open batch, the
+ * common case, needs no stack frame. */
 static NOINLINE void remote_batch_start(struct heap *heap, struct page *page, struct block *b,
                                         uintptr_t word) {
     unsigned index = remote_batch_index(page);
     struct remote_batch *batch = &heap->remote_batches[index];
     if (word != 0) remote_batch_push(heap, batch);
+    if (page->slice_count > 1) {
+        if (heap->remote_batches_wide >= REMOTE_BATCH_WIDE_MAX) {
+            thread_free_push_blocks(page, b, b, 1); /* out of line: main code's room */
+            return;
+        }
+        heap->remote_batches_wide++;
+    }
     heap->frees_others = 1; /* its pages of 320 B-1 KiB spread (g_class_slices) */
     heap->remote_batches_open |= (uint64_t)1 << index;
     batch->first = batch->last = b;
@@ -251,16 +267,8 @@ static NOINLINE void free_remote(struct page *page, struct block *b) {
     struct heap *heap = t_heap;
     if (heap != &g_empty_heap) {
         if (page->block_size <= REMOTE_BATCH_BLOCK_MAX) {
-            /* A page of several slices (a frees-others thread's,
-             * g_class_slices) is pushed to at once: a batch held by a
-             * thread that then sleeps keeps its page from filling, and so
-             * resident, and these span up to 512 KiB (rel_remote_reclaim
-             * worker-exited: 11.9 MiB stayed, 3.7 now; larson paid 6% of
-             * its time for it, mstress 2%). */
-            if (page->slice_count == 1) {
-                remote_batch_add(heap, page, b);
-                return;
-            }
+            remote_batch_add(heap, page, b);
+            return;
         } else if (page->class_index != LARGE_CLASS) {
             /* a class block over REMOTE_BATCH_BLOCK_MAX is a shared
              * class's (1-32 KiB): it joins this thread's cache */

@@ -40,11 +40,13 @@
 
 /* Remote frees in batches (free.c): slots per heap, blocks per batch, and
  * the largest block size batched (larger blocks would hold more memory back
- * from their owner than the saved atomic is worth: mstress's peak RSS; and
- * only blocks of one-slice pages: free_remote). */
+ * from their owner than the saved atomic is worth: mstress's peak RSS), and
+ * how many open batches may hold a page of several slices (remote_batch_start:
+ * a batch keeps its page resident while its thread sleeps). */
 #define REMOTE_BATCH_SLOTS     64
 #define REMOTE_BATCH_MAX       8
 #define REMOTE_BATCH_BLOCK_MAX 1024
+#define REMOTE_BATCH_WIDE_MAX  4
 
 /* Classes of blocks over 1 KiB come from one heap all threads share, through
  * a small cache per thread (shared_class.c): classes SHARED_CLASS_FIRST on. */
@@ -183,8 +185,10 @@ struct segment {
  * lock) and the batches' page_and_count words, which double-free checks
  * read (relaxed). Threads that never allocate use g_empty_heap, whose page
  * pointers all lead to an always-empty page, so the fast path needs no init
- * test, and which never batches a free. Invariant: bit i of
- * remote_batches_open is set iff remote_batches[i].page_and_count != 0. */
+ * test, and which never batches a free. Invariants: bit i of
+ * remote_batches_open is set iff remote_batches[i].page_and_count != 0;
+ * remote_batches_wide counts the open batches whose page spans several
+ * slices. */
 struct heap {
     struct page *pages_direct[SMALL_CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
     /* malloc's fast path: the class of a size up to 1 KiB, by (size + 15) >> 4.
@@ -226,6 +230,9 @@ struct heap {
      * thread's block (free.c, remote_batch_start), 0 before; picks the row
      * of g_class_slices (size_class.c) for the pages it sets up */
     uint8_t frees_others;
+    /* owner only: how many of remote_batches hold blocks of a page of
+     * several slices (at most REMOTE_BATCH_WIDE_MAX) */
+    uint8_t remote_batches_wide;
     uint16_t arena_home; /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in

@@ -275,21 +275,31 @@ static void *free_and_stay(void *p) {
     return NULL;
 }
 
-/* Runs `again` on p in the owner while another thread holds p freed. */
-static void owner_again_while_freed_elsewhere(void (*again)(void *)) {
-    void *p = malloc(48), *keep = malloc(48); /* keep: the page stays in use */
-    memset(p, 0, 48);
+/* Runs `again` on p, a block of `size` bytes, in the owner while another
+ * thread holds p freed. */
+static void owner_again_while_freed_elsewhere_sized(size_t size, void (*again)(void *)) {
+    void *p = malloc(size), *keep = malloc(size); /* keep: the page stays in use */
+    memset(p, 0, size);
     if (sem_init(&freer_freed, 0, 0) != 0 || sem_init(&freer_may_return, 0, 0) != 0) return;
     pthread_t t;
     if (pthread_create(&t, NULL, free_and_stay, p) != 0) return;
     sem_wait(&freer_freed);
     again(p);
-    void *a = malloc(48), *b = malloc(48); /* p twice, were the second free believed */
+    void *a = malloc(size), *b = malloc(size); /* p twice, were the second free believed */
     launder(a);
     launder(b);
     launder(keep);
     sem_post(&freer_may_return);
     pthread_join(t, NULL);
+}
+
+static void owner_again_while_freed_elsewhere(void (*again)(void *)) {
+    owner_again_while_freed_elsewhere_sized(48, again);
+}
+
+static void *malloc_48(void *result) {
+    *(void **)result = malloc(48);
+    return NULL;
 }
 
 static void free_again(void *p) {
@@ -306,6 +316,18 @@ static void case_double_free_owner_after_other_thread(void) {
 
 static void case_realloc_owner_after_other_thread(void) {
     owner_again_while_freed_elsewhere(realloc_again);
+}
+
+/* The same for a block of a page of several slices, which the owner gets
+ * once it has freed another thread's block (src/size_class.c), and which
+ * the other thread's batches take too, a few pages at a time. */
+static void case_double_free_owner_after_other_thread_wide(void) {
+    void *other = NULL;
+    pthread_t t;
+    if (pthread_create(&t, NULL, malloc_48, &other) != 0) return;
+    pthread_join(t, NULL);
+    free(other); /* this thread frees others' blocks: its 640 B pages are wide */
+    owner_again_while_freed_elsewhere_sized(640, free_again);
 }
 
 /* Frees p and overwrites its first word (where a free list keeps its link)
@@ -459,6 +481,8 @@ static const struct {
      case_double_free_owner_after_other_thread, 1, "free(): double free detected"},
     {"realloc by the owner of a block another thread freed", case_realloc_owner_after_other_thread,
      1, "realloc(): "},
+    {"double free by the owner of a wide page's block another thread freed",
+     case_double_free_owner_after_other_thread_wide, 1, "free(): double free detected"},
     {"write after free: link zeroed", case_link_zeroed, 1, "malloc(): corrupted free list"},
     {"write after free: link set to -1", case_link_all_ones, 1, "malloc(): corrupted free list"},
     {"write after free: link to the stack", case_link_to_stack, 1, "malloc(): corrupted free list"},

@@ -19,7 +19,9 @@
  *                               main thread's remote free batches, which it
  *                               holds while it sleeps, must not keep them
  *                               from filling (11.9 MiB stayed when they
- *                               took those pages' blocks)
+ *                               took any number of those pages' blocks,
+ *                               5.8-6.2 with 8 such batches, 3.6-4.3 with
+ *                               the 4 allowed now)
  *   rel_remote_reclaim retain   with TIDEMALLOC_BACKGROUND_PURGE=0: what is
  *                               resident after the frees (at least 2 MiB:
  *                               the pages filled in their last milliseconds)
