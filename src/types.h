@@ -44,7 +44,7 @@
  * how many open batches may hold a page of several slices (remote_batch_start:
  * a batch keeps its page resident while its thread sleeps). */
 #define REMOTE_BATCH_SLOTS     64
-#define REMOTE_BATCH_MAX       8
+#define REMOTE_BATCH_MAX       16
 #define REMOTE_BATCH_BLOCK_MAX 1024
 #define REMOTE_BATCH_WIDE_MAX  4
 
