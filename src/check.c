@@ -74,9 +74,9 @@ RARE void checked_before_free(struct page *page, struct block *b) {
     if (g_options.secure && page->class_index != LARGE_CLASS) {
         uint32_t stored;
         __builtin_memcpy(&stored, p + usable - 4, 4);
-        if (stored > usable - SECURE_TRAILER) fatal_error("free(): heap overflow detected (size)");
+        if (stored > usable - SECURE_TRAILER) fatal_error(g_free_heap_overflow); /* size word */
         for (size_t i = stored; i < usable - 4; i++)
-            if (p[i] != CANARY_BYTE) fatal_error("free(): heap overflow detected (canary)");
+            if (p[i] != CANARY_BYTE) fatal_error(g_free_heap_overflow);
         size = stored;
     }
     if (g_options.secure)

@@ -9,6 +9,7 @@
 #include "internal.h"
 
 const char g_free_invalid_pointer[] = "free(): invalid pointer";
+const char g_free_heap_overflow[] = "free(): heap overflow detected";
 
 /* Whether p starts a block that was freed: a large block's page starts a
  * slice, which is free in its segment once the block is, and whose

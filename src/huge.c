@@ -241,7 +241,7 @@ WARM bool huge_free(void *p) {
     struct huge_entry entry = *found;
     if (entry.guarded && !guarded_canary_intact(&entry)) {
         spin_unlock(&g_huge_lock);
-        fatal_error("free(): heap overflow detected (canary)");
+        fatal_error(g_free_heap_overflow);
     }
     freed_recent[freed_recent_next++ % FREED_RECENT] = entry.user;
     found->user = 1; /* deleted */

@@ -700,6 +700,9 @@ void purge_atfork_child(void) INTERNAL;
  * freed), with free's double-free message. */
 NORETURN void report_invalid_pointer(const void *p, const char *message) INTERNAL;
 extern const char g_free_invalid_pointer[] INTERNAL; /* "free(): invalid pointer" */
+/* "free(): heap overflow detected": secure mode's canaries and size words,
+ * and huge blocks' guard bytes (one copy, in the code's segment) */
+extern const char g_free_heap_overflow[] INTERNAL;
 /* The page of a pointer into our segments, after checking it is the start of
  * a block of an in-use page (block_offset_valid says why one test is enough). */
 static inline struct page *page_of_block_in(struct segment *segment, const void *p,
