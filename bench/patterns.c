@@ -18,6 +18,11 @@
  *   patterns handoff KIB ROUNDS          a thread allocates ROUNDS blocks of KIB
  *                                        KiB and fills them; another frees
  *                                        them, through a ring of 8 slots
+ *   patterns cycles SIZE COUNT ROUNDS    ROUNDS times, COUNT blocks of SIZE
+ *                                        bytes (their first byte written), then
+ *                                        every other one freed, then the rest:
+ *                                        a program whose use swings from all to
+ *                                        nothing and back
  *
  * Fixed work and fixed seeds; the time is the caller's to take (bench/run.py,
  * /usr/bin/time), so the program prints only a checksum (and, for threads,
@@ -192,6 +197,25 @@ static int handoff(long kib, long rounds) {
     return 0;
 }
 
+static int cycles(long size, long count, long rounds) {
+    if (size < 1 || count < 1 || rounds < 1) return 2;
+    unsigned char **blocks = xmalloc((size_t)count * sizeof *blocks);
+    uint64_t sum = 0;
+    for (long r = 0; r < rounds; r++) {
+        for (long i = 0; i < count; i++) {
+            blocks[i] = xmalloc((size_t)size);
+            blocks[i][0] = (unsigned char)(i + r);
+        }
+        for (long i = 0; i < count; i += 2)
+            sum += blocks[i][0], free(blocks[i]);
+        for (long i = 1; i < count; i += 2)
+            sum += blocks[i][0], free(blocks[i]);
+    }
+    free(blocks);
+    printf("cycles sum=%llu\n", (unsigned long long)sum);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     if (strcmp(what, "realloc-grow") == 0)
@@ -208,8 +232,11 @@ int main(int argc, char **argv) {
         return calloc_large(argc > 2 ? argv[2] : "sparse", arg_long(argc, argv, 3, 4000));
     if (strcmp(what, "handoff") == 0)
         return handoff(arg_long(argc, argv, 2, 200), arg_long(argc, argv, 3, 2000));
+    if (strcmp(what, "cycles") == 0)
+        return cycles(arg_long(argc, argv, 2, 100), arg_long(argc, argv, 3, 800000),
+                      arg_long(argc, argv, 4, 20));
     fprintf(stderr, "usage: patterns realloc-grow MIB STEP REPS | large-heap LIVE STEPS | "
                     "threads N OBJS CLASSES | aligned ALIGN ROUNDS | calloc-large MODE STEPS | "
-                    "handoff KIB ROUNDS\n");
+                    "handoff KIB ROUNDS | cycles SIZE COUNT ROUNDS\n");
     return 2;
 }

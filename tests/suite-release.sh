@@ -141,7 +141,12 @@ run aggressive-small-loop MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PUR
 
 # The bound on retained memory (M_RETAIN_PERCENT), and its control.
 run retain-bound TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound default
+run retain-bound-top TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound top
 run retain-bound-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound off
+# A single heap keeps what its recent peak used through troughs; with two
+# heaps the bound counts the current use (the control).
+run cycles-single TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles single
+run cycles-two-heaps-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles two-heaps
 
 # e. An idle process gets its memory back; the switch turns that off. The
 # switch's check runs with the retain bound off: the bound may give back part

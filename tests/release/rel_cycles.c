@@ -1,0 +1,124 @@
+/* A program whose use swings from all to nothing and back, faster than the
+ * retain bound's peak window (docs/tuning.md, the release policy, item 4):
+ * six rounds of 80,000 blocks of 1000 bytes (80 MiB of 1 KiB blocks, twenty
+ * segments: more than the 16 the segment cache keeps resident with several
+ * heaps), each written, then every other one freed, then the rest.
+ *   rel_cycles single     the only thread heap: after the first round the
+ *                         memory stays for the next ones, no release syscall
+ *                         and few page faults in rounds 2-6 (the bound used
+ *                         to give back two thirds at each trough, and the
+ *                         cache every segment past 16: 8-16 release calls and
+ *                         15-30k faults in those rounds, with either change
+ *                         alone 8-15 and 15-21k);
+ *   rel_cycles two-heaps  control: a second thread holds a heap (and waits),
+ *                         so the bound counts the current use, and the troughs
+ *                         go back: release syscalls and faults in rounds 2-6.
+ * A round must take under 90 ms for the check to mean anything (the peak
+ * counts for 100-200 ms); on a host too slow for that the test skips. */
+#include <pthread.h>
+#include <sys/resource.h>
+#include <time.h>
+
+#include "release.h"
+
+#define BLOCK  1000
+#define COUNT  80000
+#define ROUNDS 6
+
+static unsigned char *blocks[COUNT];
+static pthread_mutex_t gate = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int stage; /* 1: the holder has its heap; 2: it may exit */
+
+static void *holder(void *unused) {
+    (void)unused;
+    void *p = malloc(64); /* a heap of its own */
+    pthread_mutex_lock(&gate);
+    stage = 1;
+    pthread_cond_broadcast(&gate_cond);
+    while (stage != 2)
+        pthread_cond_wait(&gate_cond, &gate);
+    pthread_mutex_unlock(&gate);
+    free(p);
+    return NULL;
+}
+
+static long minor_faults(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_minflt;
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+static void round_run(int r) {
+    for (size_t i = 0; i < COUNT; i++) {
+        blocks[i] = malloc(BLOCK);
+        REL_CHECK(blocks[i] != NULL, "malloc(%d) failed in round %d", BLOCK, r);
+        blocks[i][0] = (unsigned char)(i + (size_t)r);
+    }
+    for (size_t i = 0; i < COUNT; i += 2)
+        free(blocks[i]);
+    for (size_t i = 1; i < COUNT; i += 2)
+        free(blocks[i]);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 2 || (strcmp(argv[1], "single") != 0 && strcmp(argv[1], "two-heaps") != 0)) {
+        fprintf(stderr, "usage: rel_cycles single|two-heaps\n");
+        return 2;
+    }
+    int control = strcmp(argv[1], "two-heaps") == 0;
+    (void)rel_stats(); /* skips under another allocator */
+    pthread_t thread;
+    if (control) {
+        REL_CHECK(pthread_create(&thread, NULL, holder, NULL) == 0, "pthread_create failed");
+        pthread_mutex_lock(&gate);
+        while (stage != 1)
+            pthread_cond_wait(&gate_cond, &gate);
+        pthread_mutex_unlock(&gate);
+    }
+    long faults0 = minor_faults();
+    round_run(0);
+    long first_faults = minor_faults() - faults0;
+    struct tidemalloc_stats before = rel_stats();
+    long faults1 = minor_faults();
+    double slowest = 0;
+    for (int r = 1; r < ROUNDS; r++) {
+        double t0 = now_s();
+        round_run(r);
+        double took = now_s() - t0;
+        if (took > slowest) slowest = took;
+    }
+    long later_faults = minor_faults() - faults1;
+    struct tidemalloc_stats after = rel_stats();
+    uint64_t release_calls = rel_release_calls(&after) - rel_release_calls(&before);
+    REL_FIGURES("mode=%s first_round_faults=%ld later_faults=%ld later_release_calls=%llu "
+                "slowest_round_ms=%.1f retained_after=%.2fMiB",
+                argv[1], first_faults, later_faults, (unsigned long long)release_calls,
+                slowest * 1000, rel_mib(after.bytes_retained));
+    if (control) {
+        pthread_mutex_lock(&gate);
+        stage = 2;
+        pthread_cond_broadcast(&gate_cond);
+        pthread_mutex_unlock(&gate);
+        pthread_join(thread, NULL);
+    }
+    if (slowest > 0.09) REL_SKIPF("a round took %.0f ms: the host is too slow", slowest * 1000);
+    REL_CHECK(first_faults > COUNT / 8, "the first round took only %ld faults", first_faults);
+    if (control) {
+        REL_CHECK(release_calls > 0 && later_faults > first_faults / 4,
+                  "control: %llu release calls and %ld faults in rounds 2-%d with two heaps",
+                  (unsigned long long)release_calls, later_faults, ROUNDS);
+    } else {
+        REL_CHECK(release_calls == 0, "%llu release calls in rounds 2-%d",
+                  (unsigned long long)release_calls, ROUNDS);
+        REL_CHECK(later_faults < first_faults / 10, "%ld faults in rounds 2-%d, %ld in the first",
+                  later_faults, ROUNDS, first_faults);
+    }
+    return 0;
+}
