@@ -13,8 +13,10 @@
  *   rel_cycles two-heaps  control: a second thread holds a heap (and waits),
  *                         so the bound counts the current use, and the troughs
  *                         go back: release syscalls and faults in rounds 2-6.
- * A round must take under 90 ms for the check to mean anything (the peak
- * counts for 100-200 ms); on a host too slow for that the test skips. */
+ * The peak is read as the frees start, once a round, and counts for the
+ * window it falls in and the next (100-200 ms): in the single mode a round
+ * that took over 180 ms (a host stalled, not the memory refaulted: the
+ * session before the change took 13-39 ms a round here) skips the test. */
 #include <pthread.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -108,7 +110,8 @@ int main(int argc, char **argv) {
         pthread_mutex_unlock(&gate);
         pthread_join(thread, NULL);
     }
-    if (slowest > 0.09) REL_SKIPF("a round took %.0f ms: the host is too slow", slowest * 1000);
+    if (!control && slowest > 0.18)
+        REL_SKIPF("a round took %.0f ms: the host is too slow", slowest * 1000);
     REL_CHECK(first_faults > COUNT / 8, "the first round took only %ld faults", first_faults);
     if (control) {
         REL_CHECK(release_calls > 0 && later_faults > first_faults / 4,
