@@ -29,54 +29,6 @@ static pthread_key_t heap_key;
 static _Atomic int heap_key_ready;
 
 #define COLLECT_INTERVAL 256 /* fewest slow-path calls between full collections */
-#define QUEUE_SEARCH_MAX 8   /* pages looked at before a fresh page is taken */
-
-/* ---- class queues: circular lists whose head is pages_direct[class] ---- */
-
-static void queue_insert_head(struct page **head, struct page *page) {
-    if (*head == &g_empty_page || *head == NULL) {
-        page->next = page->prev = page;
-    } else {
-        page->next = *head;
-        page->prev = (*head)->prev;
-        page->prev->next = page;
-        (*head)->prev = page;
-    }
-    *head = page;
-}
-
-static void queue_insert_tail(struct page **head, struct page *page) {
-    if (*head == &g_empty_page || *head == NULL) {
-        queue_insert_head(head, page);
-        return;
-    }
-    queue_insert_head(head, page);
-    *head = page->next; /* the old head stays first; page is now last */
-}
-
-static void queue_remove(struct page **head, struct page *page, struct page *empty) {
-    if (page->next == page) {
-        *head = empty;
-    } else {
-        page->prev->next = page->next;
-        page->next->prev = page->prev;
-        if (*head == page) *head = page->next;
-    }
-    page->next = page->prev = NULL;
-}
-
-/* Full lists (heap->pages_full): pages out of their class queue because a
- * search met them dry and carved whole (heap_find_page). */
-static void full_list_remove(struct heap *heap, struct page *page) {
-    queue_remove(&heap->pages_full[page->class_index], page, NULL);
-    page->flags &= ~PAGE_IN_FULL;
-}
-/* Whether a full page can serve again: blocks came back (collected here if
- * it is still dry) or room to carve (a reclaimed page, reset). */
-static bool full_page_refilled(struct page *page) {
-    if (page_list_empty(page)) page_collect_remote(page);
-    return !page_list_empty(page) || page->capacity < page->reserved;
-}
 
 /* Large pages: a NULL-terminated list, so free()'s "only page" test
  * (page->next == page) never holds for them and they always go back. */
@@ -145,7 +97,7 @@ void heap_struct_recycle(struct heap *heap) {
  * 100 blocks of 8 sizes: RssAnon 25.8 MiB, glibc's 9.3, whose threads share
  * arenas). A young heap serves the sizes up to 1 KiB from the power-of-two
  * classes (7 classes where there are 21), in blocks at most twice the size,
- * until it has carved YOUNG_CARVES OS pages of blocks of those classes (the
+ * until it has carved YOUNG_CARVES (class_queue.c) OS pages of blocks of those classes (the
  * bigger ones are the same young or not) or taken a segment that another
  * heap left with its memory; then the fine classes, for good. What it handed
  * out stays where it is, and the pages serve their class as any other. A
@@ -154,7 +106,6 @@ void heap_struct_recycle(struct heap *heap) {
  * cost more than they save (threadchurn, whose waves adopt the segments of
  * the waves before: peak RSS +2-4%). */
 #define YOUNG_HEAPS_MIN 8
-#define YOUNG_CARVES    8
 
 /* Heaps lock held, or the heap not yet on the heaps list. */
 static void heap_class_table_fill(struct heap *heap) {
@@ -182,14 +133,6 @@ COLD void heap_young_end(struct heap *heap) {
     heap->young = 0;
     heap_class_table_fill(heap);
     spin_unlock(&g_heaps_lock);
-}
-
-/* page_extend for the heap's own pages: a young heap counts the carves of
- * its classes up to 1 KiB (a bigger class is the same young or not). */
-static bool heap_page_extend(struct heap *heap, struct page *page) {
-    if (unlikely(heap->young) && page->block_size <= 1024 && ++heap->young_carves >= YOUNG_CARVES)
-        heap_young_end(heap);
-    return page_extend(page);
 }
 
 /* The class the slow path serves a size of at most SMALL_MAX from. */
@@ -339,113 +282,6 @@ void heap_adopt_page(struct heap *heap, struct page *page) {
 }
 
 /* ---- the slow paths ---- */
-
-static struct page *heap_find_page(struct heap *heap, unsigned cls);
-
-static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
-    /* A heap that owns no segment yet adopts one first, if one waits: its
-     * pages join the queues, and one of this class may have room. Taking a
-     * run for a new page before looking (segment_page_alloc adopts when it
-     * finds no room of its own) set up a second page of the class on the
-     * slice of another, whose next page then went on a third's: threads that
-     * allocate only small objects and exit in waves (`threadchurn` with its
-     * pointer array static) spread every class over every slice in turn,
-     * and each exit's trim gave back what the next thread carved again
-     * (27.6k page faults against 2.3k; 0.89 s against 0.53). */
-    if (heap->segments_avail == NULL && heap->segments_full == NULL &&
-        segment_try_adopt(heap) != NULL) {
-        heap_young_end(heap); /* as segment_acquire's adoption */
-        if (heap->pages_direct[cls] != &g_empty_page) return heap_find_page(heap, cls);
-    }
-    bool reusable = false;
-    unsigned slices = g_class_slices[heap->frees_others][cls];
-    struct page *page = page_cache_take(heap, cls, slices, &reusable);
-    if (page == NULL) page = segment_page_alloc(heap, slices, cls);
-    if (page == NULL) return NULL;
-    if (!reusable) {
-        page_init(page, cls, g_class_size[cls]);
-        heap_page_extend(heap, page);
-    }
-    heap->pages_allocated[cls]++;
-    queue_insert_head(&heap->pages_direct[cls], page);
-    return page;
-}
-
-/* A page of the full list that has blocks again (freed by its owner, or by
- * other threads: collected here), or room to carve (reset after a reclaim),
- * back to the queue's head; NULL if none of the first QUEUE_SEARCH_MAX. */
-static struct page *full_list_rescue(struct heap *heap, unsigned cls) {
-    struct page **full = &heap->pages_full[cls];
-    struct page *page = *full;
-    for (unsigned tries = 0; page != NULL && tries < QUEUE_SEARCH_MAX; tries++) {
-        struct page *next = page->next;
-        if (full_page_refilled(page)) {
-            full_list_remove(heap, page);
-            queue_insert_head(&heap->pages_direct[cls], page);
-            return page;
-        }
-        page = next;
-        if (page == *full) break;
-    }
-    if (page != NULL) *full = page; /* resume there */
-    return NULL;
-}
-
-/* Finds a page of class `cls` with a free block and makes it the queue head.
- * Blocks already carved come first, those other threads freed included;
- * carving new ones while freed blocks wait further down the queue faults in
- * memory that was not needed (peak RSS: larson 14.0 -> 12.4 MiB, churn
- * 3.15 -> 2.74, mstress 18.6 -> 16.9, at the same time). In a long queue
- * the dry pages met go to the full list, so that the next search reaches
- * past them (sqlite3, 2,240 pages of one class: 202.6 -> 176.9 MiB); the
- * list is looked into before anything new is carved. */
-static struct page *heap_find_page(struct heap *heap, unsigned cls) {
-    struct page **head = &heap->pages_direct[cls];
-    struct page *page = *head;
-    if (page != &g_empty_page) {
-        struct page *extendable = NULL, *dry[QUEUE_SEARCH_MAX];
-        unsigned dry_count = 0;
-        bool wrapped = false;
-        for (unsigned tries = 0; tries < QUEUE_SEARCH_MAX; tries++) {
-            /* only a dry page collects: nothing to splice, no walk */
-            if (page_list_empty(page)) page_collect_remote(page);
-            if (!page_list_empty(page)) {
-                *head = page;
-                return page;
-            }
-            if (page->capacity < page->reserved) {
-                if (extendable == NULL) extendable = page;
-            } else {
-                dry[dry_count++] = page;
-            }
-            page = page->next;
-            if (page == *head) {
-                wrapped = true;
-                break;
-            }
-        }
-        /* A long queue whose pages met here are dry and carved whole: those
-         * leave it, so that the next searches reach free blocks past them. */
-        for (unsigned i = 0; !wrapped && i < dry_count; i++) {
-            queue_remove(head, dry[i], &g_empty_page);
-            dry[i]->flags |= PAGE_IN_FULL;
-            queue_insert_head(&heap->pages_full[cls], dry[i]);
-        }
-        struct page *rescued = full_list_rescue(heap, cls);
-        if (rescued != NULL && !page_list_empty(rescued)) return rescued;
-        if (rescued != NULL) extendable = rescued;
-        if (extendable != NULL && heap_page_extend(heap, extendable)) {
-            *head = extendable;
-            return extendable;
-        }
-        if (*head != &g_empty_page) *head = page; /* resume the search here next time */
-    } else {
-        struct page *rescued = full_list_rescue(heap, cls);
-        if (rescued != NULL && (!page_list_empty(rescued) || heap_page_extend(heap, rescued)))
-            return rescued;
-    }
-    return heap_new_class_page(heap, cls);
-}
 
 /* The first block of a page that has one. may_be_secure: false where secure
  * mode cannot be on (it routes every allocation to checked_malloc). */

@@ -540,8 +540,20 @@ void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
  * many; adds the pages looked at to *visited (or NULL) */
 uint32_t heap_large_pages_collect(struct heap *heap, uint32_t *visited) INTERNAL;
 void heap_young_end(struct heap *heap) INTERNAL; /* owner: fine classes from now on */
-void heap_class_tables_refresh(void) INTERNAL;   /* after g_class_of_small changed */
-struct heap *heap_for_thread(void) INTERNAL;     /* creates this thread's heap if needed */
+
+/* ---- class_queue.c: class queues, full lists, the search for a page ----
+ * head: &heap->pages_direct[class] (empty: &g_empty_page) or
+ * &heap->pages_full[class] (empty: NULL) */
+void queue_insert_head(struct page **head, struct page *page) INTERNAL;
+void queue_insert_tail(struct page **head, struct page *page) INTERNAL; /* head stays first */
+void queue_remove(struct page **head, struct page *page, struct page *empty) INTERNAL;
+void full_list_remove(struct heap *heap, struct page *page) INTERNAL; /* clears PAGE_IN_FULL */
+bool full_page_refilled(struct page *page) INTERNAL; /* blocks back (collected) or room to carve */
+/* a page of class cls with a free block, made the queue's head; NULL: no
+ * memory (the owner's, or the exit heap's lock held) */
+struct page *heap_find_page(struct heap *heap, unsigned cls) INTERNAL;
+void heap_class_tables_refresh(void) INTERNAL; /* after g_class_of_small changed */
+struct heap *heap_for_thread(void) INTERNAL;   /* creates this thread's heap if needed */
 void heap_freed_block_check(struct page *page, struct block *b, const char *message) INTERNAL;
 /* a heap owned by `id` (a thread's: may be young), on the heaps list; NULL
  * when out of memory */

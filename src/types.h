@@ -234,6 +234,10 @@ struct heap {
      * several slices (at most REMOTE_BATCH_WIDE_MAX) */
     uint8_t remote_batches_wide;
     uint16_t arena_home; /* huge lock: 1 + the arena chunk this thread carves first, 0: none */
+    /* owner (the exit heap: its lock): per class, how many more carves of
+     * the queue's head may skip heap_find_page's search; set only for the
+     * classes over 1 KiB, after a search that found no free block */
+    uint8_t search_skips[SMALL_CLASS_COUNT];
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in
      * batches"): a slot the page chooses (remote_batch_index); a slot holds
