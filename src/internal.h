@@ -540,6 +540,18 @@ void heap_adopt_page(struct heap *heap, struct page *page) INTERNAL;
  * many; adds the pages looked at to *visited (or NULL) */
 uint32_t heap_large_pages_collect(struct heap *heap, uint32_t *visited) INTERNAL;
 void heap_young_end(struct heap *heap) INTERNAL; /* owner: fine classes from now on */
+void heap_class_tables_refresh(void) INTERNAL;   /* after g_class_of_small changed */
+struct heap *heap_for_thread(void) INTERNAL;     /* creates this thread's heap if needed */
+void heap_freed_block_check(struct page *page, struct block *b, const char *message) INTERNAL;
+/* a heap owned by `id` (a thread's: may be young), on the heaps list; NULL
+ * when out of memory */
+struct heap *heap_create(uint64_t id, bool may_be_young) INTERNAL;
+void heap_retire(struct heap *heap) INTERNAL; /* heap_create's undoing (its thread exited) */
+/* heaps lock held, the heap already off the live list: onto the recycle list */
+void heap_struct_recycle(struct heap *heap) INTERNAL;
+/* what other threads freed where that empties a page (every list when
+ * exiting), and empty pages given back: returns the pages looked at */
+uint32_t heap_collect(struct heap *heap, bool exiting) INTERNAL;
 
 /* ---- class_queue.c: class queues, full lists, the search for a page ----
  * head: &heap->pages_direct[class] (empty: &g_empty_page) or
@@ -552,18 +564,6 @@ bool full_page_refilled(struct page *page) INTERNAL; /* blocks back (collected) 
 /* a page of class cls with a free block, made the queue's head; NULL: no
  * memory (the owner's, or the exit heap's lock held) */
 struct page *heap_find_page(struct heap *heap, unsigned cls) INTERNAL;
-void heap_class_tables_refresh(void) INTERNAL; /* after g_class_of_small changed */
-struct heap *heap_for_thread(void) INTERNAL;   /* creates this thread's heap if needed */
-void heap_freed_block_check(struct page *page, struct block *b, const char *message) INTERNAL;
-/* a heap owned by `id` (a thread's: may be young), on the heaps list; NULL
- * when out of memory */
-struct heap *heap_create(uint64_t id, bool may_be_young) INTERNAL;
-void heap_retire(struct heap *heap) INTERNAL; /* heap_create's undoing (its thread exited) */
-/* heaps lock held, the heap already off the live list: onto the recycle list */
-void heap_struct_recycle(struct heap *heap) INTERNAL;
-/* what other threads freed where that empties a page (every list when
- * exiting), and empty pages given back: returns the pages looked at */
-uint32_t heap_collect(struct heap *heap, bool exiting) INTERNAL;
 
 /* ---- heap_exit.c ---- */
 extern __thread uint8_t t_heap_exited __attribute__((tls_model("initial-exec"))) INTERNAL;
