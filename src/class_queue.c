@@ -67,12 +67,9 @@ void full_list_remove(struct heap *heap, struct page *page) {
 }
 /* Whether a full page can serve again: blocks came back (collected here if
  * it is still dry) or room to carve (a reclaimed page, reset). */
-static inline __attribute__((always_inline)) bool page_refilled(struct page *page) {
+bool full_page_refilled(struct page *page) {
     if (page_list_empty(page)) page_collect_remote(page);
     return !page_list_empty(page) || page->capacity < page->reserved;
-}
-bool full_page_refilled(struct page *page) {
-    return page_refilled(page);
 }
 
 /* page_extend for the heap's own pages: a young heap counts the carves of
@@ -120,7 +117,7 @@ COLD static struct page *full_list_rescue(struct heap *heap, unsigned cls) {
     struct page *page = *full;
     for (unsigned tries = 0; page != NULL && tries < QUEUE_SEARCH_MAX; tries++) {
         struct page *next = page->next;
-        if (page_refilled(page)) {
+        if (full_page_refilled(page)) {
             full_list_remove(heap, page);
             queue_insert_head(&heap->pages_direct[cls], page);
             return page;
