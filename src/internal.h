@@ -703,6 +703,9 @@ extern _Atomic uint64_t g_arena_used_bytes INTERNAL;  /* in blocks handed out */
 /* ---- purge.c ---- */
 void purge_after_free(void) INTERNAL; /* called on slow paths that retained memory */
 bool purge_everything(size_t pad) INTERNAL;
+/* At most one thread heap (the exit heap aside) grew in the retain bound's last
+ * window: the bound and the segment cache keep what the recent peak used. */
+bool retain_one_growing_heap(void) INTERNAL;
 void purge_atfork_child(void) INTERNAL;
 
 /* ---- free.c / alloc.c ---- */

@@ -178,7 +178,8 @@ static void purger_wake(void) {
  * here, on frees, so a window that ended in a trough forgot the peak: hence
  * the window before (none after a quiet spell longer than a window).
  * With several heaps, each can reuse only its own slices, and the recent
- * peak cost mstress 9% more peak RSS: the current use counts. The
+ * peak cost mstress 9% more peak RSS: the current use counts, unless at most
+ * one thread heap grew in the window before (retain_one_growing_heap). The
  * huge-block cache has its own cap (huge.c): its mappings are reused whole,
  * and releasing them early cost `large` half its time again. */
 #define RETAIN_FLOOR   ((uint64_t)4 << 20)
@@ -186,6 +187,40 @@ static void purger_wake(void) {
 static _Atomic uint64_t recent_peak_in_use;   /* highest use seen since recent_peak_ms */
 static _Atomic uint64_t previous_peak_in_use; /* the highest in the window before */
 static _Atomic uint32_t recent_peak_ms;       /* when the current window began */
+/* Thread heaps whose malloc slow paths moved in the window before the
+ * current one: those whose own pages grew (the exit heap's serve every
+ * thread, and shared classes, 1-32 KiB, are its). A program with one working
+ * thread and helpers that wait (a timer, a logger, a main thread in
+ * pthread_join) is a single heap to the bound: the slices the growing heap
+ * keeps are its own to reuse, and an idle heap's free slices count as
+ * retained as before, within the same limit. Counted at most once a window,
+ * under the heaps lock (one pass over the heaps every PEAK_WINDOW_MS). */
+static _Atomic uint32_t growing_heaps;
+static uint32_t growing_heaps_counted_ms; /* heaps lock */
+static void growing_heaps_count(uint32_t now) {
+    if (!spin_try_lock(&g_heaps_lock)) return; /* the last count stands */
+    if (now - growing_heaps_counted_ms >= PEAK_WINDOW_MS) {
+        growing_heaps_counted_ms = now;
+        uint32_t growing = 0;
+        for (struct heap *heap = g_heaps; heap; heap = heap->next_heap) {
+            if (heap->id == EXIT_HEAP_ID) continue;
+            /* relaxed: compared with the count of the last pass only */
+            uint32_t slow_paths = __atomic_load_n(&heap->slow_paths, __ATOMIC_RELAXED);
+            growing += slow_paths != heap->slow_paths_window;
+            heap->slow_paths_window = slow_paths;
+        }
+        /* relaxed: a hint, read by the bound and the segment cache */
+        atomic_store_explicit(&growing_heaps, growing, memory_order_relaxed);
+    }
+    spin_unlock(&g_heaps_lock);
+}
+bool retain_one_growing_heap(void) {
+    /* relaxed, both: statistics; a thread starting or ending, or a count a
+     * window old, only picks one of the two rules for a window */
+    return atomic_load_explicit(&g_heap_count, memory_order_relaxed) <= 1 ||
+           atomic_load_explicit(&growing_heaps, memory_order_relaxed) <= 1;
+}
+
 static bool over_retain_bound(uint32_t now, uint64_t *target) {
     uint64_t percent = OPTION(retain_percent);
     if (percent == 0) return false;
@@ -203,24 +238,24 @@ static bool over_retain_bound(uint32_t now, uint64_t *target) {
     in_use = in_use > remote ? in_use - remote : 0;
     retained += remote;
     uint64_t basis = in_use, limit = retain_limit();
-    /* relaxed: a statistic; a thread starting or ending meanwhile only picks
-     * one of the two rules for this pass */
-    if (atomic_load_explicit(&g_heap_count, memory_order_relaxed) <= 1) {
-        /* relaxed, all: hints; racing updates only pick one of two close
-         * peaks, or end a window a pass early */
-        uint64_t peak = atomic_load_explicit(&recent_peak_in_use, memory_order_relaxed);
-        uint64_t previous = atomic_load_explicit(&previous_peak_in_use, memory_order_relaxed);
-        uint32_t age = now - atomic_load_explicit(&recent_peak_ms, memory_order_relaxed);
-        if (age > PEAK_WINDOW_MS) {
-            previous = age > 2 * PEAK_WINDOW_MS ? 0 : peak;
-            atomic_store_explicit(&previous_peak_in_use, previous, memory_order_relaxed);
-            atomic_store_explicit(&recent_peak_ms, now, memory_order_relaxed);
-            peak = 0;
-        }
-        if (in_use >= peak) {
-            atomic_store_explicit(&recent_peak_in_use, in_use, memory_order_relaxed);
-            peak = in_use;
-        }
+    /* relaxed, all: hints; racing updates only pick one of two close peaks,
+     * or end a window a pass early */
+    uint64_t peak = atomic_load_explicit(&recent_peak_in_use, memory_order_relaxed);
+    uint64_t previous = atomic_load_explicit(&previous_peak_in_use, memory_order_relaxed);
+    uint32_t age = now - atomic_load_explicit(&recent_peak_ms, memory_order_relaxed);
+    if (age > PEAK_WINDOW_MS) {
+        previous = age > 2 * PEAK_WINDOW_MS ? 0 : peak;
+        atomic_store_explicit(&previous_peak_in_use, previous, memory_order_relaxed);
+        atomic_store_explicit(&recent_peak_ms, now, memory_order_relaxed);
+        peak = 0;
+        /* relaxed: a statistic, as in retain_one_growing_heap */
+        if (atomic_load_explicit(&g_heap_count, memory_order_relaxed) > 1) growing_heaps_count(now);
+    }
+    if (in_use >= peak) {
+        atomic_store_explicit(&recent_peak_in_use, in_use, memory_order_relaxed);
+        peak = in_use;
+    }
+    if (retain_one_growing_heap()) {
         basis = peak > previous ? peak : previous;
         limit += basis - in_use;
     }

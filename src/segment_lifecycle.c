@@ -285,19 +285,16 @@ COLD struct segment *segment_acquire(struct heap *heap, enum segment_source sour
 }
 
 /* How many empty segments the cache keeps resident. With one thread heap
- * they are all that heap's to reuse, and the retain bound governs them as any
- * free slice (purge.c: what the recent peak used is kept). With a cap of 16,
- * a program whose use swings past 64 MiB had each segment past the 16
- * released as it emptied, and faulted in again (`patterns cycles 100 800000
- * 20`, 93 MiB 20 times: 119k faults and 0.81 s with the bound's change alone,
- * 24k and 0.70 s with this too; tcmalloc 25k, 0.76 s). With several heaps the
- * 16 bound what exiting threads leave resident for the next ones (1024 cost
- * `threadwave` 13% more peak RSS). */
+ * growing they are all that heap's to reuse, and the retain bound governs
+ * them as any free slice (purge.c: what the recent peak used is kept). With a
+ * cap of 16, a program whose use swings past 64 MiB had each segment past the
+ * 16 released as it emptied, and faulted in again (`patterns cycles 100
+ * 800000 20`, 93 MiB 20 times: 119k faults and 0.81 s with the bound's change
+ * alone, 24k and 0.70 s with this too; tcmalloc 25k, 0.76 s). With several
+ * heaps growing the 16 bound what exiting threads leave resident for the next
+ * ones (1024 cost `threadwave` 13% more peak RSS). */
 static unsigned segment_cache_resident_max(void) {
-    /* relaxed: a statistic; a thread starting or ending meanwhile only moves
-     * one segment to the other list */
-    return atomic_load_explicit(&g_heap_count, memory_order_relaxed) <= 1 ? SEGMENT_CACHE_CLEAN_MAX
-                                                                          : SEGMENT_CACHE_MAX;
+    return retain_one_growing_heap() ? SEGMENT_CACHE_CLEAN_MAX : SEGMENT_CACHE_MAX;
 }
 
 /* An owned segment with no page in use goes to the cache (or the kernel). */

@@ -214,6 +214,7 @@ struct heap {
     uint32_t collect_countdown;                  /* slow-path calls until the next full collect */
     uint32_t slow_paths;      /* owner (relaxed stores): malloc slow paths taken, read by purgers */
     uint32_t slow_paths_seen; /* purge lock: slow_paths at the previous idle-owner pass */
+    uint32_t slow_paths_window;  /* heaps lock: slow_paths when the retain bound's window began */
     struct spin_lock cache_lock; /* guards the page cache (owner, purgers) */
     uint32_t page_cache_count;   /* cache lock: entries in page_cache */
     struct cached_page {

@@ -143,10 +143,12 @@ run aggressive-small-loop MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PUR
 run retain-bound TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound default
 run retain-bound-top TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound top
 run retain-bound-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound off
-# A single heap keeps what its recent peak used through troughs; with two
-# heaps the bound counts the current use (the control).
+# A single heap keeps what its recent peak used through troughs, and so does
+# one growing heap beside an idle one; with two heaps growing the bound counts
+# the current use (the control).
 run cycles-single TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles single
-run cycles-two-heaps-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles two-heaps
+run cycles-idle-helper TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles idle-helper
+run cycles-two-growing-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles two-growing
 
 # e. An idle process gets its memory back; the switch turns that off. The
 # switch's check runs with the retain bound off: the bound may give back part

@@ -2,21 +2,31 @@
  * retain bound's peak window (docs/tuning.md, the release policy, item 4):
  * six rounds of 80,000 blocks of 1000 bytes (80 MiB of 1 KiB blocks, twenty
  * segments: more than the 16 the segment cache keeps resident with several
- * heaps), each written, then every other one freed, then the rest.
- *   rel_cycles single     the only thread heap: after the first round the
- *                         memory stays for the next ones, no release syscall
- *                         and few page faults in rounds 2-6 (the bound used
- *                         to give back two thirds at each trough, and the
- *                         cache every segment past 16: 8-16 release calls and
- *                         15-30k faults in those rounds, with either change
- *                         alone 8-15 and 15-21k);
- *   rel_cycles two-heaps  control: a second thread holds a heap (and waits),
- *                         so the bound counts the current use, and the troughs
- *                         go back: release syscalls and faults in rounds 2-6.
+ * heaps growing), each written, then every other one freed, then the rest.
+ *   rel_cycles single       the only thread heap: after the first round the
+ *                           memory stays for the next ones, no release
+ *                           syscall and few page faults in rounds 2-6 (the
+ *                           bound used to give back two thirds at each
+ *                           trough, and the cache every segment past 16: 8-16
+ *                           release calls and 15-30k faults in those rounds,
+ *                           with either change alone 8-15 and 15-21k);
+ *   rel_cycles idle-helper  the same, while a second thread holds a heap and
+ *                           waits: one heap grows, the other takes no malloc
+ *                           slow path, and the rule is the single heap's
+ *                           (before the growing heaps were counted: 12-18
+ *                           release calls in rounds 2-6). The helper's setup
+ *                           counts as growth in the window it falls in, so
+ *                           the main thread waits out that window after the
+ *                           first round and runs one more before measuring;
+ *   rel_cycles two-growing  control: two threads cycle 40,000 blocks each
+ *                           at once, both heaps grow, so the bound counts the
+ *                           current use, and the troughs go back: release
+ *                           syscalls and faults in rounds 2-6.
  * The peak is read as the frees start, once a round, and counts for the
- * window it falls in and the next (100-200 ms): in the single mode a round
- * that took over 180 ms (a host stalled, not the memory refaulted: the
- * session before the change took 13-39 ms a round here) skips the test. */
+ * window it falls in and the next (100-200 ms): in the modes that keep the
+ * memory a round that took over 180 ms (a host stalled, not the memory
+ * refaulted: the session before the change took 13-39 ms a round here)
+ * skips the test. */
 #include <pthread.h>
 #include <sys/resource.h>
 #include <time.h>
@@ -57,36 +67,76 @@ static double now_s(void) {
     return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
-static void round_run(int r) {
-    for (size_t i = 0; i < COUNT; i++) {
+static void round_range(int r, size_t from, size_t step) {
+    for (size_t i = from; i < COUNT; i += step) {
         blocks[i] = malloc(BLOCK);
         REL_CHECK(blocks[i] != NULL, "malloc(%d) failed in round %d", BLOCK, r);
         blocks[i][0] = (unsigned char)(i + (size_t)r);
     }
-    for (size_t i = 0; i < COUNT; i += 2)
+    for (size_t i = from; i < COUNT; i += 2 * step)
         free(blocks[i]);
-    for (size_t i = 1; i < COUNT; i += 2)
+    for (size_t i = from + step; i < COUNT; i += 2 * step)
         free(blocks[i]);
 }
 
+/* two-growing: the second thread's share of each round, in step with main */
+static pthread_barrier_t round_barrier;
+static void *grower(void *unused) {
+    (void)unused;
+    for (int r = 0; r < ROUNDS; r++) {
+        pthread_barrier_wait(&round_barrier);
+        round_range(r, 1, 2);
+        pthread_barrier_wait(&round_barrier);
+    }
+    return NULL;
+}
+
+enum mode { SINGLE, IDLE_HELPER, TWO_GROWING };
+static enum mode mode;
+
+static void round_run(int r) {
+    if (mode != TWO_GROWING) {
+        round_range(r, 0, 1);
+        return;
+    }
+    pthread_barrier_wait(&round_barrier);
+    round_range(r, 0, 2);
+    pthread_barrier_wait(&round_barrier);
+}
+
 int main(int argc, char **argv) {
-    if (argc != 2 || (strcmp(argv[1], "single") != 0 && strcmp(argv[1], "two-heaps") != 0)) {
-        fprintf(stderr, "usage: rel_cycles single|two-heaps\n");
+    static const char *const modes[] = {"single", "idle-helper", "two-growing"};
+    mode = (enum mode)3;
+    for (int m = 0; argc == 2 && m < 3; m++)
+        if (strcmp(argv[1], modes[m]) == 0) mode = (enum mode)m;
+    if (mode == (enum mode)3) {
+        fprintf(stderr, "usage: rel_cycles single|idle-helper|two-growing\n");
         return 2;
     }
-    int control = strcmp(argv[1], "two-heaps") == 0;
     (void)rel_stats(); /* skips under another allocator */
     pthread_t thread;
-    if (control) {
+    if (mode == IDLE_HELPER) {
         REL_CHECK(pthread_create(&thread, NULL, holder, NULL) == 0, "pthread_create failed");
         pthread_mutex_lock(&gate);
         while (stage != 1)
             pthread_cond_wait(&gate_cond, &gate);
         pthread_mutex_unlock(&gate);
+    } else if (mode == TWO_GROWING) {
+        REL_CHECK(pthread_barrier_init(&round_barrier, NULL, 2) == 0,
+                  "pthread_barrier_init failed");
+        REL_CHECK(pthread_create(&thread, NULL, grower, NULL) == 0, "pthread_create failed");
     }
     long faults0 = minor_faults();
     round_run(0);
     long first_faults = minor_faults() - faults0;
+    if (mode == IDLE_HELPER) {
+        /* the window in which the helper set its heap up ends (the first
+         * free after it counts the growing heaps), and a round refaults what
+         * the first one gave back under the rule for several */
+        struct timespec wait = {0, 120 * 1000 * 1000};
+        nanosleep(&wait, NULL);
+        round_run(0);
+    }
     struct tidemalloc_stats before = rel_stats();
     long faults1 = minor_faults();
     double slowest = 0;
@@ -103,19 +153,20 @@ int main(int argc, char **argv) {
                 "slowest_round_ms=%.1f retained_after=%.2fMiB",
                 argv[1], first_faults, later_faults, (unsigned long long)release_calls,
                 slowest * 1000, rel_mib(after.bytes_retained));
-    if (control) {
+    if (mode == IDLE_HELPER) {
         pthread_mutex_lock(&gate);
         stage = 2;
         pthread_cond_broadcast(&gate_cond);
         pthread_mutex_unlock(&gate);
-        pthread_join(thread, NULL);
     }
-    if (!control && slowest > 0.18)
+    if (mode != SINGLE) pthread_join(thread, NULL);
+    if (mode != TWO_GROWING && slowest > 0.18)
         REL_SKIPF("a round took %.0f ms: the host is too slow", slowest * 1000);
     REL_CHECK(first_faults > COUNT / 8, "the first round took only %ld faults", first_faults);
-    if (control) {
+    if (mode == TWO_GROWING) {
         REL_CHECK(release_calls > 0 && later_faults > first_faults / 4,
-                  "control: %llu release calls and %ld faults in rounds 2-%d with two heaps",
+                  "control: %llu release calls and %ld faults in rounds 2-%d with two heaps "
+                  "growing",
                   (unsigned long long)release_calls, later_faults, ROUNDS);
     } else {
         REL_CHECK(release_calls == 0, "%llu release calls in rounds 2-%d",
