@@ -222,7 +222,6 @@ struct heap {
         uint32_t freed_ms; /* when it became empty (purge delay) */
         uint8_t clean;     /* a purger released its memory: reads as zero */
     } page_cache[8];       /* cache lock: recently emptied pages, oldest first */
-    uint8_t exiting;       /* thread-exit destructor has run once */
     /* Sizes up to 1 KiB go to power-of-two classes (heap.c, "young heaps"):
      * set at creation, cleared for good by the owner under the heaps lock */
     uint8_t young;
