@@ -18,11 +18,15 @@
  *   patterns handoff KIB ROUNDS          a thread allocates ROUNDS blocks of KIB
  *                                        KiB and fills them; another frees
  *                                        them, through a ring of 8 slots
- *   patterns cycles SIZE COUNT ROUNDS    ROUNDS times, COUNT blocks of SIZE
+ *   patterns cycles SIZE COUNT ROUNDS [HELPERS]
+ *                                        ROUNDS times, COUNT blocks of SIZE
  *                                        bytes (their first byte written), then
  *                                        every other one freed, then the rest:
  *                                        a program whose use swings from all to
- *                                        nothing and back
+ *                                        nothing and back; HELPERS threads
+ *                                        (default 0) each malloc 64 bytes
+ *                                        first and wait, as a timer or logger
+ *                                        thread would
  *
  * Fixed work and fixed seeds; the time is the caller's to take (bench/run.py,
  * /usr/bin/time), so the program prints only a checksum (and, for threads,
@@ -197,8 +201,30 @@ static int handoff(long kib, long rounds) {
     return 0;
 }
 
-static int cycles(long size, long count, long rounds) {
-    if (size < 1 || count < 1 || rounds < 1) return 2;
+static pthread_barrier_t helpers_ready;
+static pthread_mutex_t helpers_gate = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t helpers_done_cond = PTHREAD_COND_INITIALIZER;
+static bool helpers_done;
+
+static void *cycles_helper(void *unused) {
+    (void)unused;
+    void *p = xmalloc(64);
+    pthread_barrier_wait(&helpers_ready);
+    pthread_mutex_lock(&helpers_gate);
+    while (!helpers_done)
+        pthread_cond_wait(&helpers_done_cond, &helpers_gate);
+    pthread_mutex_unlock(&helpers_gate);
+    free(p);
+    return NULL;
+}
+
+static int cycles(long size, long count, long rounds, long helpers) {
+    if (size < 1 || count < 1 || rounds < 1 || helpers < 0 || helpers > 64) return 2;
+    pthread_t helper[64];
+    pthread_barrier_init(&helpers_ready, NULL, (unsigned)helpers + 1);
+    for (long h = 0; h < helpers; h++)
+        pthread_create(&helper[h], NULL, cycles_helper, NULL);
+    pthread_barrier_wait(&helpers_ready);
     unsigned char **blocks = xmalloc((size_t)count * sizeof *blocks);
     uint64_t sum = 0;
     for (long r = 0; r < rounds; r++) {
@@ -212,6 +238,12 @@ static int cycles(long size, long count, long rounds) {
             sum += blocks[i][0], free(blocks[i]);
     }
     free(blocks);
+    pthread_mutex_lock(&helpers_gate);
+    helpers_done = true;
+    pthread_cond_broadcast(&helpers_done_cond);
+    pthread_mutex_unlock(&helpers_gate);
+    for (long h = 0; h < helpers; h++)
+        pthread_join(helper[h], NULL);
     printf("cycles sum=%llu\n", (unsigned long long)sum);
     return 0;
 }
@@ -234,9 +266,9 @@ int main(int argc, char **argv) {
         return handoff(arg_long(argc, argv, 2, 200), arg_long(argc, argv, 3, 2000));
     if (strcmp(what, "cycles") == 0)
         return cycles(arg_long(argc, argv, 2, 100), arg_long(argc, argv, 3, 800000),
-                      arg_long(argc, argv, 4, 20));
+                      arg_long(argc, argv, 4, 20), arg_long(argc, argv, 5, 0));
     fprintf(stderr, "usage: patterns realloc-grow MIB STEP REPS | large-heap LIVE STEPS | "
                     "threads N OBJS CLASSES | aligned ALIGN ROUNDS | calloc-large MODE STEPS | "
-                    "handoff KIB ROUNDS | cycles SIZE COUNT ROUNDS\n");
+                    "handoff KIB ROUNDS | cycles SIZE COUNT ROUNDS [HELPERS]\n");
     return 2;
 }
