@@ -200,7 +200,10 @@ static _Atomic uint32_t recent_peak_ms;       /* when the current window began *
  * (66k faults, 24k without the helper). Counted at most once a window,
  * under the heaps lock (one pass over the heaps every PEAK_WINDOW_MS). */
 #define GROWING_SLOW_PATHS 8
-static _Atomic uint32_t growing_heaps;
+/* Until a window has been counted with several heaps live (a second thread
+ * has just started), the rule for several heaps holds. */
+#define GROWING_HEAPS_UNCOUNTED 2
+static _Atomic uint32_t growing_heaps = GROWING_HEAPS_UNCOUNTED;
 static uint32_t growing_heaps_counted_ms; /* heaps lock */
 static void growing_heaps_count(uint32_t now) {
     if (!spin_try_lock(&g_heaps_lock)) return; /* the last count stands */
@@ -253,8 +256,11 @@ static bool over_retain_bound(uint32_t now, uint64_t *target) {
         atomic_store_explicit(&previous_peak_in_use, previous, memory_order_relaxed);
         atomic_store_explicit(&recent_peak_ms, now, memory_order_relaxed);
         peak = 0;
-        /* relaxed: a statistic, as in retain_one_growing_heap */
-        if (atomic_load_explicit(&g_heap_count, memory_order_relaxed) > 1) growing_heaps_count(now);
+        /* relaxed, both: a statistic and a hint, as in retain_one_growing_heap */
+        if (atomic_load_explicit(&g_heap_count, memory_order_relaxed) > 1)
+            growing_heaps_count(now);
+        else
+            atomic_store_explicit(&growing_heaps, GROWING_HEAPS_UNCOUNTED, memory_order_relaxed);
     }
     if (in_use >= peak) {
         atomic_store_explicit(&recent_peak_in_use, in_use, memory_order_relaxed);
