@@ -105,13 +105,14 @@ static void round_run(int r) {
 
 int main(int argc, char **argv) {
     static const char *const modes[] = {"single", "idle-helper", "two-growing"};
-    mode = (enum mode)3;
+    int chosen = -1;
     for (int m = 0; argc == 2 && m < 3; m++)
-        if (strcmp(argv[1], modes[m]) == 0) mode = (enum mode)m;
-    if (mode == (enum mode)3) {
+        if (strcmp(argv[1], modes[m]) == 0) chosen = m;
+    if (chosen < 0) {
         fprintf(stderr, "usage: rel_cycles single|idle-helper|two-growing\n");
         return 2;
     }
+    mode = (enum mode)chosen;
     (void)rel_stats(); /* skips under another allocator */
     pthread_t thread;
     if (mode == IDLE_HELPER) {
