@@ -14,7 +14,7 @@
  *                           waits: one heap grows, the other took one malloc
  *                           slow path (its setup) and no more, and the rule
  *                           is the single heap's (before the growing heaps
- *                           were counted: 16-18 release calls and 19-22k
+ *                           were counted: 12-18 release calls and 19-34k
  *                           faults in rounds 2-6);
  *   rel_cycles two-growing  control: two threads cycle 40,000 blocks each
  *                           at once, both heaps grow, so the bound counts the
