@@ -3,6 +3,7 @@ run that times every benchmark under every allocator and writes the table, the
 summary and the chart."""
 
 import datetime
+import json
 import math
 import os
 import time
@@ -109,7 +110,10 @@ def cmd_bench(args, quick):
     for b in benches:
         argv = fill(b["quick_argv"] if quick else b["argv"], gen_dir)
         for rep in range(reps):
-            for a in allocs:
+            # each repetition starts one allocator further on, so that a
+            # host that speeds up or slows down within a repetition favours
+            # none (the allocators' order was fixed, tidemalloc first)
+            for a in allocs[rep % len(allocs):] + allocs[:rep % len(allocs)]:
                 prog.show("%s rep %d/%d %s" % (b["name"], rep + 1, reps, a["name"]))
                 r = run_once(argv, alloc_env(a, b.get("env")))
                 prog.step()
@@ -126,6 +130,11 @@ def cmd_bench(args, quick):
     host = (host_start, host_probe())
     summary = summarise(benches, allocs, results)
     print_bench(benches, allocs, summary, failures, elapsed)
+    runs_path = os.path.join(BIN, "quick-runs.json" if quick else "bench-runs.json")
+    with open(runs_path, "w") as f:
+        json.dump({b["name"]: {a["name"]: results.get((b["name"], a["name"]), []) for a in allocs}
+                   for b in benches}, f, indent=1)
+    log("every run's figures: %s" % os.path.relpath(runs_path, ROOT))
     log("load average (1 min) at start %s, at end %s" % load)
     log("host at the end: %s" % host[1])
     md = bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load, host)
@@ -166,6 +175,7 @@ def summarise(benches, allocs, results):
                 v[ratio] = v[key] / best if best else float("nan")
         # the fastest peer (the first of a tie, in the suite's order)
         row["_best"] = min(peers, key=lambda p: row[p]["wall"], default="-")
+        row["_rep_tr"] = rep_time_ratios(b, allocs, results)
         s[b["name"]] = row
     s["_geo"] = {a["name"]: {ratio: geomean([s[b["name"]][a["name"]][ratio] for b in benches
                                              if a["name"] in s[b["name"]]])
@@ -173,6 +183,24 @@ def summarise(benches, allocs, results):
                  for a in allocs}
     s["_paired"] = paired_ratios(benches, allocs, results)
     return s
+
+
+def rep_time_ratios(b, allocs, results):
+    """Per allocator, its wall time over the best peer's of the same
+    repetition, one ratio a repetition, sorted: how far a median's ratio
+    could move from run to run."""
+    peers = [a["name"] for a in allocs if a["peer"]]
+    by_rep = {}
+    for a in allocs:
+        for r in results.get((b["name"], a["name"]), []):
+            by_rep.setdefault(r["rep"], {})[a["name"]] = r["wall"]
+    out = {}
+    for runs in by_rep.values():
+        best = min((runs[p] for p in peers if p in runs), default=None)
+        for n, v in runs.items():
+            if best:
+                out.setdefault(n, []).append(v / best)
+    return {n: sorted(xs) for n, xs in out.items()}
 
 
 def paired_ratios(benches, allocs, results):
@@ -230,6 +258,11 @@ def print_bench(benches, allocs, summary, failures, elapsed):
     for b in benches:
         log("== %s: %s  (best peer: %s)" % (b["name"], b["shape"], summary[b["name"]]["_best"]))
         log(text_table(HDR, bench_rows(b, allocs, summary)))
+        reps = summary[b["name"]]["_rep_tr"]
+        for a in allocs:
+            if not a["peer"] and reps.get(a["name"]):
+                log("%s's time over the best peer's, repetition by repetition (sorted): %s" %
+                    (a["name"], " ".join("%.2f" % x for x in reps[a["name"]])))
         log("")
     geo = summary["_geo"]
     log("== geometric means of the ratios to the best peer (%d benchmarks)" % len(benches))
@@ -257,7 +290,8 @@ def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, loa
     L = ["## Benchmarks (`make %s`)" % ("bench-quick" if quick else "bench"), "",
          "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
          "- Machine: %s" % machine_text(allocs),
-         "- Method: %d repetitions, runs interleaved across allocators; median wall, user and sys "
+         "- Method: %d repetitions, runs interleaved across allocators (each repetition starting one "
+         "allocator further on); median wall, user and sys "
          "time (`wait4` rusage), median peak RSS (`VmHWM` read as the command's main thread "
          "exits, or `ru_maxrss` where larger: `ru_maxrss` alone reads up to 31 pages per CPU "
          "low, see `bench/launch.c`) and median minor "
@@ -293,6 +327,11 @@ def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, loa
         L += ["#### %s" % b["name"], "", "%s. Command: `%s%s`" % (b["shape"][0].upper() + b["shape"][1:],
                                                                  envs + " " if envs else "", cmd), "",
               md_table(HDR, bench_rows(b, allocs, summary)), ""]
+        reps_tr = summary[b["name"]]["_rep_tr"]
+        L += ["%s's time over the best peer's, repetition by repetition (sorted): %s." %
+              (a["name"], " ".join("%.2f" % x for x in reps_tr[a["name"]]))
+              for a in allocs if not a["peer"] and reps_tr.get(a["name"])]
+        L += [""] if any(not a["peer"] and reps_tr.get(a["name"]) for a in allocs) else []
     if failures:
         L += ["### Failures", "", "A geometric mean leaves out the benchmarks on which that "
               "allocator failed every run.", ""]
