@@ -185,22 +185,29 @@ def summarise(benches, allocs, results):
     return s
 
 
-def rep_time_ratios(b, allocs, results):
-    """Per allocator, its wall time over the best peer's of the same
-    repetition, one ratio a repetition, sorted: how far a median's ratio
-    could move from run to run."""
+def rep_ratios(b, allocs, results, key):
+    """Per allocator, its measure `key` over the best peer's of the same
+    repetition, one ratio a repetition (in the order of the repetitions)."""
     peers = [a["name"] for a in allocs if a["peer"]]
     by_rep = {}
     for a in allocs:
         for r in results.get((b["name"], a["name"]), []):
-            by_rep.setdefault(r["rep"], {})[a["name"]] = r["wall"]
+            if key in r:
+                by_rep.setdefault(r["rep"], {})[a["name"]] = r[key]
     out = {}
-    for runs in by_rep.values():
+    for rep in sorted(by_rep):
+        runs = by_rep[rep]
         best = min((runs[p] for p in peers if p in runs), default=None)
-        for n, v in runs.items():
-            if best:
+        if best:
+            for n, v in runs.items():
                 out.setdefault(n, []).append(v / best)
-    return {n: sorted(xs) for n, xs in out.items()}
+    return out
+
+
+def rep_time_ratios(b, allocs, results):
+    """The time ratios of rep_ratios, sorted: how far a median's ratio could
+    move from run to run."""
+    return {n: sorted(xs) for n, xs in rep_ratios(b, allocs, results, "wall").items()}
 
 
 def paired_ratios(benches, allocs, results):
@@ -210,26 +217,12 @@ def paired_ratios(benches, allocs, results):
     host phase that lasts a repetition or longer (this machine's first-touch
     cost and CPU share change over minutes) divides out, where the ratio of
     medians can compare one allocator's slow runs with another's fast ones."""
-    peers = [a["name"] for a in allocs if a["peer"]]
     out = {}
     for key, ratio in RATIOS:
         per_alloc = {a["name"]: [] for a in allocs}
         for b in benches:
-            by_rep = {}
-            for a in allocs:
-                for r in results.get((b["name"], a["name"]), []):
-                    if key in r:
-                        by_rep.setdefault(r["rep"], {})[a["name"]] = r[key]
-            ratios = {a["name"]: [] for a in allocs}
-            for runs in by_rep.values():
-                best = min((runs[p] for p in peers if p in runs), default=None)
-                if not best:
-                    continue
-                for n, v in runs.items():
-                    ratios[n].append(v / best)
-            for n, xs in ratios.items():
-                if xs:
-                    per_alloc[n].append(median(xs))
+            for n, xs in rep_ratios(b, allocs, results, key).items():
+                per_alloc[n].append(median(xs))
         for n, xs in per_alloc.items():
             out.setdefault(n, {})[ratio] = geomean(xs) if len(xs) == len(benches) else float("nan")
     return out
