@@ -207,6 +207,13 @@ def failure_text(res):
     return why + ("" if not tail else ": " + " | ".join(tail))
 
 
+def rotated(items, rep):
+    """items in turn, repetition `rep` starting `rep` places on: so that a host
+    that speeds up or slows down within repetitions favours none of them."""
+    k = rep % len(items) if items else 0
+    return items[k:] + items[:k]
+
+
 def median(xs):
     return statistics.median(xs) if xs else float("nan")
 

@@ -7,7 +7,7 @@ import os
 import re
 
 from harness import (BIN, Progress, alloc_env, available_allocators, base_env, failure_text, fmt,
-                     log, machine_text, md_table, median, pkg_version, run_once, text_table,
+                     log, machine_text, md_table, median, pkg_version, rotated, run_once, text_table,
                      write_section)
 
 
@@ -31,7 +31,7 @@ def cmd_ebizzy(args):
     for vname, vsize in variants:
         for threads in (1, 2):
             for rep in range(reps):
-                for label, a, extra in configs:
+                for label, a, extra in rotated(configs, rep):
                     prog.show("ebizzy %s %dT rep %d %s" % (vsize, threads, rep + 1, label))
                     r = run_once([os.path.join(BIN, "ebizzy"), str(threads), str(secs), vsize],
                                  alloc_env(a, extra), timeout=60)
@@ -166,7 +166,7 @@ def cmd_gs(args):
     prog = Progress(reps * len(configs))
     res = {}
     for rep in range(reps):
-        for label, an, extra in configs:
+        for label, an, extra in rotated(configs, rep):
             prog.show("gs rep %d/%d %s" % (rep + 1, reps, label))
             r = run_once(argv, alloc_env(allocs[an], extra), timeout=300, sample_rss=True)
             prog.step()

@@ -13,7 +13,8 @@ import re
 import time
 
 from harness import (BIN, Progress, alloc_env, available_allocators, failure_text, fmt, geomean,
-                     loadavg, log, machine_text, md_table, median, run_once, write_section)
+                     loadavg, log, machine_text, md_table, median, rotated, run_once,
+                     write_section)
 
 
 # name, shape, argv with {t}: the thread count and {t12}: 12 times it. Each
@@ -110,7 +111,7 @@ def cmd_scaling(args):
             argv = argv_for(template, t)
             argv[0] = os.path.join(BIN, argv[0])
             for rep in range(reps):
-                for a in allocs:
+                for a in rotated(allocs, rep):
                     prog.show("%s %dT rep %d/%d %s" % (name, t, rep + 1, reps, a["name"]))
                     r = run_once(argv, alloc_env(a), timeout=120)
                     prog.step()

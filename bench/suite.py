@@ -9,8 +9,8 @@ import os
 import time
 
 from harness import (BIN, Progress, ROOT, SRC, SVG, alloc_env, available_allocators, failure_text,
-                     fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median, run_once,
-                     text_table, write_section)
+                     fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median, rotated,
+                     run_once, text_table, write_section)
 
 
 # The benchmark table. {bin}: build/bench, {src}: bench/, {gen}: generated
@@ -110,10 +110,7 @@ def cmd_bench(args, quick):
     for b in benches:
         argv = fill(b["quick_argv"] if quick else b["argv"], gen_dir)
         for rep in range(reps):
-            # each repetition starts one allocator further on, so that a
-            # host that speeds up or slows down within a repetition favours
-            # none (the allocators' order was fixed, tidemalloc first)
-            for a in allocs[rep % len(allocs):] + allocs[:rep % len(allocs)]:
+            for a in rotated(allocs, rep):  # the order was fixed, tidemalloc first
                 prog.show("%s rep %d/%d %s" % (b["name"], rep + 1, reps, a["name"]))
                 r = run_once(argv, alloc_env(a, b.get("env")))
                 prog.step()
