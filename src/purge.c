@@ -223,10 +223,14 @@ static void growing_heaps_count(uint32_t now) {
     spin_unlock(&g_heaps_lock);
 }
 bool retain_one_growing_heap(void) {
-    /* relaxed, both: statistics; a thread starting or ending, or a count a
-     * window old, only picks one of the two rules for a window */
+    /* relaxed, all: statistics and a tunable; a thread starting or ending, a
+     * count a window old, or a mallopt meanwhile only picks one of the two
+     * rules for a window. The count is taken on the bound's passes: with the
+     * bound turned off it would stand from before, so several heaps count
+     * as several growing then. */
     return atomic_load_explicit(&g_heap_count, memory_order_relaxed) <= 1 ||
-           atomic_load_explicit(&growing_heaps, memory_order_relaxed) <= 1;
+           (OPTION(retain_percent) != 0 &&
+            atomic_load_explicit(&growing_heaps, memory_order_relaxed) <= 1);
 }
 
 static bool over_retain_bound(uint32_t now, uint64_t *target) {
