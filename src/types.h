@@ -28,6 +28,7 @@
 #define SMALL_CLASS_COUNT 46                 /* classes 0..45, 16 B .. 32 KiB */
 #define SMALL_MAX         ((size_t)32 << 10) /* largest size served from a class */
 #define CLASS_TABLE_SIZE  65                 /* size -> class tables: 0 .. (1024 + 15) >> 4 */
+#define YOUNG_CLASS_LAST  20                 /* the 1 KiB class: the last a young heap maps */
 #define LARGE_CLASS       SMALL_CLASS_COUNT  /* class_index of a one-block page */
 /* Largest block served from a segment's slices; bigger ones below the mmap
  * threshold come from the arena (arena.c), one pool where freed blocks of
