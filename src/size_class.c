@@ -61,7 +61,7 @@ const uint8_t g_class_slices[2][SMALL_CLASS_COUNT] = {
 /* The power-of-two class at or above cls, for the classes of at most 1 KiB
  * (a young heap's); 0 and larger classes stay. A table: computed from the
  * block size it took 107 bytes of the code every program maps, 19 now
- * (tests/test_class_tables.c checks it against that computation). */
+ * (tests/test_young_class_table.c checks it against that computation). */
 static const uint8_t young_class[YOUNG_CLASS_LAST + 1] = {
     0, 1, 2, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 16, 16, 16, 16, 20, 20, 20, 20,
 };
