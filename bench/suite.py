@@ -207,6 +207,16 @@ def rep_time_ratios(b, allocs, results):
     return {n: sorted(xs) for n, xs in rep_ratios(b, allocs, results, "wall").items()}
 
 
+def rep_ratio_lines(b, allocs, summary):
+    """The line under a benchmark's table, for each of our allocators: its
+    time over the best peer's, repetition by repetition (the text output's
+    and docs/benchmarks.md's)."""
+    reps = summary[b["name"]]["_rep_tr"]
+    return ["%s's time over the best peer's, repetition by repetition (sorted): %s" %
+            (a["name"], " ".join("%.2f" % x for x in reps[a["name"]]))
+            for a in allocs if not a["peer"] and reps.get(a["name"])]
+
+
 def paired_ratios(benches, allocs, results):
     """Per allocator, the geometric mean over benchmarks of the median over
     repetitions of its ratio to the best peer of the same repetition, for
@@ -248,11 +258,8 @@ def print_bench(benches, allocs, summary, failures, elapsed):
     for b in benches:
         log("== %s: %s  (best peer: %s)" % (b["name"], b["shape"], summary[b["name"]]["_best"]))
         log(text_table(HDR, bench_rows(b, allocs, summary)))
-        reps = summary[b["name"]]["_rep_tr"]
-        for a in allocs:
-            if not a["peer"] and reps.get(a["name"]):
-                log("%s's time over the best peer's, repetition by repetition (sorted): %s" %
-                    (a["name"], " ".join("%.2f" % x for x in reps[a["name"]])))
+        for line in rep_ratio_lines(b, allocs, summary):
+            log(line)
         log("")
     geo = summary["_geo"]
     log("== geometric means of the ratios to the best peer (%d benchmarks)" % len(benches))
@@ -317,11 +324,8 @@ def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, loa
         L += ["#### %s" % b["name"], "", "%s. Command: `%s%s`" % (b["shape"][0].upper() + b["shape"][1:],
                                                                  envs + " " if envs else "", cmd), "",
               md_table(HDR, bench_rows(b, allocs, summary)), ""]
-        reps_tr = summary[b["name"]]["_rep_tr"]
-        L += ["%s's time over the best peer's, repetition by repetition (sorted): %s." %
-              (a["name"], " ".join("%.2f" % x for x in reps_tr[a["name"]]))
-              for a in allocs if not a["peer"] and reps_tr.get(a["name"])]
-        L += [""] if any(not a["peer"] and reps_tr.get(a["name"]) for a in allocs) else []
+        lines = rep_ratio_lines(b, allocs, summary)
+        L += [line + "." for line in lines] + ([""] if lines else [])
     if failures:
         L += ["### Failures", "", "A geometric mean leaves out the benchmarks on which that "
               "allocator failed every run.", ""]
