@@ -8,7 +8,7 @@ import re
 import time
 
 from harness import (BIN, BUILD, LIB, Progress, ROOT, alloc_env, available_allocators,
-                     failure_text, fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median,
+                     bootstrap_interval, failure_text, fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median,
                      run_once, text_table, write_section)
 from suite import BENCHMARKS, fill, gen_c
 
@@ -70,6 +70,10 @@ def cmd_insns(args):
 NOCHECKS_LIB = os.path.join(BUILD, "nochecks", "libtidemalloc.so")
 
 
+def interval_text(interval):
+    return "%s-%s" % (fmt(interval[0], "%.3f"), fmt(interval[1], "%.3f"))
+
+
 def cmd_checks(args):
     """What the default checks cost: every benchmark with the library and
     with the build without them (-DTIDEMALLOC_NO_CHECKS), interleaved."""
@@ -93,6 +97,7 @@ def cmd_checks(args):
     t_start = time.monotonic()
     load_start = loadavg()
     rows, wall_ratios, cpu_ratios, min_ratios, failed = [], [], [], [], 0
+    wall_pairs, cpu_pairs = [], []  # each benchmark's ratio a repetition
     for b in benches:
         argv = fill(b["argv"], gen_dir)
         runs = {v["name"]: [] for v in variants}
@@ -120,22 +125,29 @@ def cmd_checks(args):
         # The median of each back-to-back pair's ratio: load that drifts over
         # the run hits both builds of a pair alike, so it cancels.
         cpu = lambda r: r["user"] + r["sys"]
-        wall_ratios.append(median([x["wall"] / y["wall"] for x, y in pairs]))
-        cpu_ratios.append(median([cpu(x) / cpu(y) for x, y in pairs if cpu(y) > 0] or [float("nan")]))
+        wall_pairs.append([x["wall"] / y["wall"] for x, y in pairs])
+        cpu_pairs.append([cpu(x) / cpu(y) for x, y in pairs if cpu(y) > 0])
+        wall_ratios.append(median(wall_pairs[-1]))
+        cpu_ratios.append(median(cpu_pairs[-1]))
         # The fastest run of each build: what a run costs when nothing else
         # slows it (the machine's noise only ever adds time).
         min_on, min_off = min(cpu(r) for r in on), min(cpu(r) for r in off)
         min_ratios.append(min_on / min_off if min_off > 0 else float("nan"))
         rows.append([b["name"], "%.3f" % w_on, "%.3f" % w_off, "%.3f" % wall_ratios[-1],
+                     interval_text(bootstrap_interval([wall_pairs[-1]])),
                      "%.3f" % c_on, "%.3f" % c_off, fmt(cpu_ratios[-1], "%.3f"),
+                     interval_text(bootstrap_interval([cpu_pairs[-1]])),
                      fmt(min_ratios[-1], "%.3f")])
     prog.end()
     elapsed = time.monotonic() - t_start
     host_end = host_probe()
-    rows.append(["**geometric mean**", "", "", "**%.3f**" % geomean(wall_ratios), "", "",
-                 "**%.3f**" % geomean(cpu_ratios), "**%.3f**" % geomean(min_ratios)])
-    hdr = ["benchmark", "wall s, checks", "wall s, none", "wall ratio",
-           "user+sys s, checks", "user+sys s, none", "user+sys ratio", "ratio of fastest"]
+    wall_interval, cpu_interval = bootstrap_interval(wall_pairs), bootstrap_interval(cpu_pairs)
+    rows.append(["**geometric mean**", "", "", "**%.3f**" % geomean(wall_ratios),
+                 "**%s**" % interval_text(wall_interval), "", "", "**%.3f**" % geomean(cpu_ratios),
+                 "**%s**" % interval_text(cpu_interval), "**%.3f**" % geomean(min_ratios)])
+    hdr = ["benchmark", "wall s, checks", "wall s, none", "wall ratio", "its 95% interval",
+           "user+sys s, checks", "user+sys s, none", "user+sys ratio", "its 95% interval",
+           "ratio of fastest"]
     log("")
     log(text_table(hdr, [[c.replace("*", "") for c in r] for r in rows]))
     log("host at the end: %s" % host_end)
@@ -148,7 +160,12 @@ def cmd_checks(args):
         "`-DTIDEMALLOC_NO_CHECKS`, so no link encoding, link check, pointer validation, "
         "double-free test or double-free mark), interleaved in ABBA order, %d repetitions; times are medians, a ratio is "
         "the median over repetitions of with checks / without, the two runs of a repetition being back "
-        "to back (1.03 = the checks cost 3%%); the last column is the fastest user+sys of each build "
+        "to back (1.03 = the checks cost 3%%); a ratio's 95%% interval is where its median, or the "
+        "geometric mean of the medians, falls in 2,000 resamplings of the repetitions' pairs "
+        "(bootstrap, a fixed seed): how far the same trees could read on this host in another run "
+        "(`gcc` spends 0.5%% of its instructions in the allocator, so the checks can move it by 0.1%% "
+        "at most: its interval is the host's noise); "
+        "the last column is the fastest user+sys of each build "
         "over all repetitions, with checks / without. Run took %.0f s; load average (1 min) %s at the start and "
         "%s at the end." % (reps, elapsed, load_start, loadavg()),
         "- Host (`build/bench/hostprobe`): at the start %s; at the end %s." % (host_start, host_end),

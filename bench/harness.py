@@ -6,6 +6,7 @@ docs/benchmarks.md."""
 import math
 import os
 import platform
+import random
 import re
 import signal
 import statistics
@@ -221,6 +222,23 @@ def median(xs):
 def geomean(xs):
     xs = [x for x in xs if x and x > 0 and not math.isnan(x)]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def bootstrap_interval(samples, level=0.95, rounds=2000, seed=1):
+    """How far the geometric mean over benchmarks of each benchmark's median
+    could move with other draws of the same host: `samples` holds one list of
+    per-repetition figures a benchmark; each round resamples every list with
+    replacement, and the interval holds the middle `level` of the rounds'
+    figures. One list: the interval of its median. A fixed seed, so that the
+    same runs print the same interval."""
+    samples = [xs for xs in samples if xs]
+    if not samples:
+        return float("nan"), float("nan")
+    rng = random.Random(seed)
+    figures = sorted(geomean([median([xs[rng.randrange(len(xs))] for _ in xs]) for xs in samples])
+                     for _ in range(rounds))
+    cut = int(round(rounds * (1 - level) / 2))
+    return figures[cut], figures[rounds - 1 - cut]
 
 
 def fmt(x, spec):

@@ -140,6 +140,33 @@ PYEOF
 if [ "$out" = ok ]; then pass bench-paired-ratio
 else fail bench-paired-ratio "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
 
+# The checks' 95% intervals (bench/run.py checks): each benchmark's ratios
+# resampled, the geometric mean of the medians taken each round. Ratios that
+# never vary give a point; two values give an interval from one to the other;
+# the interval holds the figure it is about, narrows with more repetitions of
+# the same spread, skips benchmarks with no pairs, and repeats exactly.
+out=$(cd "$ROOT/bench" && python3 - <<'PYEOF' 2>&1
+import math
+from harness import bootstrap_interval, geomean, median
+ok = bootstrap_interval([[1.03] * 45] * 11) == (1.03, 1.03)
+ok = ok and bootstrap_interval([[2.0] * 5, [0.5] * 5]) == (1.0, 1.0)
+ok = ok and bootstrap_interval([[1.0] * 20 + [1.1] * 21]) == (1.0, 1.1)
+ok = ok and bootstrap_interval([[], [1.2] * 3]) == (1.2, 1.2)
+ok = ok and all(math.isnan(x) for x in bootstrap_interval([[], []]))
+spread = [1 + ((i * 7) % 10) / 100 for i in range(10)]
+samples = [spread, [x * 1.05 for x in spread[3:]], [1.01, 0.99, 1.02]]
+lo, hi = bootstrap_interval(samples)
+point = geomean([median(xs) for xs in samples])
+ok = ok and lo < point < hi and bootstrap_interval(samples) == (lo, hi)
+small = bootstrap_interval([spread])
+big = bootstrap_interval([spread * 20])
+ok = ok and big[1] - big[0] < small[1] - small[0] and small[0] <= median(spread) <= small[1]
+print("ok" if ok else "wrong: %r %r %r %r" % ((lo, hi), point, small, big))
+PYEOF
+)
+if [ "$out" = ok ]; then pass bench-bootstrap-interval
+else fail bench-bootstrap-interval "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+
 # make bench-scaling's arithmetic: the runs file read back (the machine line
 # kept), ebizzy's records/s turned into the time one thread takes for 1000
 # records, the ratio to the best peer at each thread count, and the default
