@@ -8,7 +8,8 @@ import math
 import os
 import time
 
-from harness import (BIN, Progress, ROOT, SRC, SVG, alloc_env, available_allocators, failure_text,
+from harness import (BIN, Progress, ROOT, SRC, SVG, alloc_env, available_allocators, bootstrap_interval,
+                     failure_text,
                      fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median, rotated,
                      run_once, text_table, write_section)
 
@@ -212,9 +213,15 @@ def rep_ratio_lines(b, allocs, summary):
     time over the best peer's, repetition by repetition (the text output's
     and docs/benchmarks.md's)."""
     reps = summary[b["name"]]["_rep_tr"]
-    return ["%s's time over the best peer's, repetition by repetition (sorted): %s" %
-            (a["name"], " ".join("%.2f" % x for x in reps[a["name"]]))
+    return ["%s's time over the best peer's, repetition by repetition (sorted): %s; their median "
+            "%s, in %s in 95%% of resamplings of the repetitions" %
+            (a["name"], " ".join("%.2f" % x for x in reps[a["name"]]), fmt(median(reps[a["name"]]), "%.2f"),
+             interval_text(bootstrap_interval([reps[a["name"]]]), "%.2f"))
             for a in allocs if not a["peer"] and reps.get(a["name"])]
+
+
+def interval_text(interval, spec="%.3f"):
+    return "%s-%s" % (fmt(interval[0], spec), fmt(interval[1], spec))
 
 
 def paired_ratios(benches, allocs, results):
@@ -229,9 +236,14 @@ def paired_ratios(benches, allocs, results):
         per_alloc = {a["name"]: [] for a in allocs}
         for b in benches:
             for n, xs in rep_ratios(b, allocs, results, key).items():
-                per_alloc[n].append(median(xs))
-        for n, xs in per_alloc.items():
-            out.setdefault(n, {})[ratio] = geomean(xs) if len(xs) == len(benches) else float("nan")
+                per_alloc[n].append(xs)
+        for n, lists in per_alloc.items():
+            whole = len(lists) == len(benches)
+            out.setdefault(n, {})[ratio] = (geomean([median(xs) for xs in lists]) if whole
+                                            else float("nan"))
+            # how far the same trees could read in another run (bootstrap_interval)
+            out[n][ratio + "_interval"] = (bootstrap_interval(lists) if whole
+                                           else (float("nan"), float("nan")))
     return out
 
 
@@ -274,11 +286,16 @@ def print_bench(benches, allocs, summary, failures, elapsed):
 
 def paired_text(allocs, summary):
     paired = summary["_paired"]
+    def figures(ratio):
+        return ", ".join("%s %s%s" % (a["name"], fmt(paired[a["name"]][ratio], "%.3f"),
+                                      "" if a["peer"] else " (95%% interval %s)" %
+                                      interval_text(paired[a["name"]][ratio + "_interval"]))
+                         for a in allocs)
     return ("Paired by repetition (each run's ratio to the best peer's run of the same "
             "repetition, median over repetitions, geometric mean over benchmarks; a host "
-            "phase that spans a repetition divides out): time %s; peak RSS %s." %
-            (", ".join("%s %s" % (a["name"], fmt(paired[a["name"]]["tr"], "%.3f")) for a in allocs),
-             ", ".join("%s %s" % (a["name"], fmt(paired[a["name"]]["rr"], "%.3f")) for a in allocs)))
+            "phase that spans a repetition divides out; the interval holds 95%% of the "
+            "figures that resampling the repetitions gives): time %s; peak RSS %s." %
+            (figures("tr"), figures("rr")))
 
 
 def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load, host):

@@ -131,9 +131,15 @@ results = {("b", "tidemalloc"): [run(0, 1.0, 20), run(1, 2.0, 20), run(3, 4.0, 2
 p = paired_ratios(benches, allocs, results)
 ok = (abs(p["tidemalloc"]["tr"] - 1 / 1.1) < 1e-9 and abs(p["tidemalloc"]["rr"] - 2.0) < 1e-9
       and abs(p["glibc"]["tr"] - 1.0) < 1e-9 and abs(p["jemalloc"]["tr"] - 5 / 1.1) < 1e-9)
+# resampled, our three repetitions' ratios (1/1.1 twice, 4/8.8 once) give
+# either median often
+lo, hi = p["tidemalloc"]["tr_interval"]
+ok = ok and abs(lo - 4 / 8.8) < 1e-9 and abs(hi - 1 / 1.1) < 1e-9
+ok = ok and p["tidemalloc"]["rr_interval"] == (2.0, 2.0)
 del results[("b", "jemalloc")]
 p = paired_ratios(benches, allocs, results)
 ok = ok and math.isnan(p["jemalloc"]["tr"]) and abs(p["tidemalloc"]["tr"] - 1 / 1.1) < 1e-9
+ok = ok and all(math.isnan(x) for x in p["jemalloc"]["tr_interval"])
 print("ok" if ok else "wrong: %r" % p)
 PYEOF
 )
