@@ -241,7 +241,7 @@ def paired_ratios(benches, allocs, results):
             whole = len(lists) == len(benches)
             out.setdefault(n, {})[ratio] = (geomean([median(xs) for xs in lists]) if whole
                                             else float("nan"))
-            # how far the same trees could read in another run (bootstrap_interval)
+            # the spread the repetitions allow (bootstrap_interval)
             out[n][ratio + "_interval"] = (bootstrap_interval(lists) if whole
                                            else (float("nan"), float("nan")))
     return out
