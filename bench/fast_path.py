@@ -8,8 +8,9 @@ import re
 import time
 
 from harness import (BIN, BUILD, LIB, Progress, ROOT, alloc_env, available_allocators,
-                     bootstrap_interval, failure_text, fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median,
-                     run_once, text_table, write_section)
+                     bootstrap_interval, failure_text, fmt, geomean, host_probe, interval_text,
+                     loadavg, log, machine_text, md_table, median, run_once, text_table,
+                     write_section)
 from suite import BENCHMARKS, fill, gen_c
 
 
@@ -68,10 +69,6 @@ def cmd_insns(args):
 # ---------------------------------------------------------------- make bench-checks
 
 NOCHECKS_LIB = os.path.join(BUILD, "nochecks", "libtidemalloc.so")
-
-
-def interval_text(interval):
-    return "%s-%s" % (fmt(interval[0], "%.3f"), fmt(interval[1], "%.3f"))
 
 
 def cmd_checks(args):

@@ -247,6 +247,11 @@ def fmt(x, spec):
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else spec % x
 
 
+def interval_text(interval, spec="%.3f"):
+    """An interval of bootstrap_interval as `low-high`."""
+    return "%s-%s" % (fmt(interval[0], spec), fmt(interval[1], spec))
+
+
 def pkg_version(pkg):
     try:
         return subprocess.run(["dpkg-query", "-W", "-f=${Version}", pkg], capture_output=True,

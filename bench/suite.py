@@ -8,10 +8,10 @@ import math
 import os
 import time
 
-from harness import (BIN, Progress, ROOT, SRC, SVG, alloc_env, available_allocators, bootstrap_interval,
-                     failure_text,
-                     fmt, geomean, host_probe, loadavg, log, machine_text, md_table, median, rotated,
-                     run_once, text_table, write_section)
+from harness import (BIN, Progress, ROOT, SRC, SVG, alloc_env, available_allocators,
+                     bootstrap_interval, failure_text, fmt, geomean, host_probe, interval_text,
+                     loadavg, log, machine_text, md_table, median, rotated, run_once, text_table,
+                     write_section)
 
 
 # The benchmark table. {bin}: build/bench, {src}: bench/, {gen}: generated
@@ -219,9 +219,6 @@ def rep_ratio_lines(b, allocs, summary):
              interval_text(bootstrap_interval([reps[a["name"]]]), "%.2f"))
             for a in allocs if not a["peer"] and reps.get(a["name"])]
 
-
-def interval_text(interval, spec="%.3f"):
-    return "%s-%s" % (fmt(interval[0], spec), fmt(interval[1], spec))
 
 
 def paired_ratios(benches, allocs, results):
