@@ -161,8 +161,8 @@ def cmd_checks(args):
         "geometric mean of the medians, falls in 2,000 resamplings of the repetitions' pairs "
         "(bootstrap, a fixed seed): the spread the run's own repetitions allow, not a slower change "
         "of the host between runs "
-        "(`gcc` spends 0.5%% of its instructions in the allocator, so the checks can move it by 0.1%% "
-        "at most: its interval is the host's noise); "
+        "(`gcc` spends 0.9%% of its instructions in the allocator and 0.1%% in the checks: its "
+        "interval is the host's noise); "
         "the last column is the fastest user+sys of each build "
         "over all repetitions, with checks / without. Run took %.0f s; load average (1 min) %s at the start and "
         "%s at the end." % (reps, elapsed, load_start, loadavg()),
