@@ -227,12 +227,11 @@ def geomean(xs):
 def bootstrap_interval(samples, level=0.95, rounds=2000, seed=1):
     """How far the geometric mean over benchmarks of each benchmark's median
     could move had the run's repetitions come out otherwise (a change of the
-    host slower than a run moves figures further, between runs): `samples`
-    holds one list of
-    per-repetition figures a benchmark; each round resamples every list with
-    replacement, and the interval holds the middle `level` of the rounds'
-    figures. One list: the interval of its median. A fixed seed, so that the
-    same runs print the same interval."""
+    host slower than a run moves figures further, between runs). `samples`
+    holds one list of per-repetition figures a benchmark; each round
+    resamples every list with replacement, and the interval holds the middle
+    `level` of the rounds' figures. One list: the interval of its median. A
+    fixed seed, so that the same runs print the same interval."""
     samples = [xs for xs in samples if xs]
     if not samples:
         return float("nan"), float("nan")

@@ -220,7 +220,6 @@ def rep_ratio_lines(b, allocs, summary):
             for a in allocs if not a["peer"] and reps.get(a["name"])]
 
 
-
 def paired_ratios(benches, allocs, results):
     """Per allocator, the geometric mean over benchmarks of the median over
     repetitions of its ratio to the best peer of the same repetition, for
