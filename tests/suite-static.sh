@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Checks on the built library itself: formatting, the exported symbols, and
-# that the thread-local fast paths contain no locked instruction.
+# that the thread-local fast paths contain no locked instruction; and that
+# docs/tried.md's references into the benchmark log still lead to their ideas.
 set -u
 cd "${TIDEMALLOC_ROOT:-$(dirname "$0")/..}"
 so=build/libtidemalloc.so.0.1.0
@@ -227,5 +228,13 @@ else
   else
     echo "FAIL static/aslr the library's address modulo 2 MiB took $offsets value(s) in 16 runs"
   fi
+fi
+
+# docs/tried.md is an index of docs/benchmark-history.md by session and line:
+# an edit above a referenced line moves it (tests/check_tried_refs.py).
+if out=$(python3 tests/check_tried_refs.py . 2>&1); then
+  echo "PASS static/tried-refs ($(echo "$out" | tail -1))"
+else
+  echo "FAIL static/tried-refs $(echo "$out" | head -1) ($(echo "$out" | tail -1))"
 fi
 exit 0
