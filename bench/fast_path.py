@@ -93,8 +93,9 @@ def cmd_checks(args):
     log("host: %s" % host_start)
     t_start = time.monotonic()
     load_start = loadavg()
-    rows, wall_ratios, cpu_ratios, min_ratios, failed = [], [], [], [], 0
-    wall_pairs, cpu_pairs = [], []  # each benchmark's ratio a repetition
+    rows, min_ratios, failed = [], [], 0
+    # each benchmark's ratio a repetition; its figure is their median
+    wall_pairs, cpu_pairs = [], []
     for b in benches:
         argv = fill(b["argv"], gen_dir)
         runs = {v["name"]: [] for v in variants}
@@ -124,23 +125,23 @@ def cmd_checks(args):
         cpu = lambda r: r["user"] + r["sys"]
         wall_pairs.append([x["wall"] / y["wall"] for x, y in pairs])
         cpu_pairs.append([cpu(x) / cpu(y) for x, y in pairs if cpu(y) > 0])
-        wall_ratios.append(median(wall_pairs[-1]))
-        cpu_ratios.append(median(cpu_pairs[-1]))
         # The fastest run of each build: what a run costs when nothing else
         # slows it (the machine's noise only ever adds time).
         min_on, min_off = min(cpu(r) for r in on), min(cpu(r) for r in off)
         min_ratios.append(min_on / min_off if min_off > 0 else float("nan"))
-        rows.append([b["name"], "%.3f" % w_on, "%.3f" % w_off, "%.3f" % wall_ratios[-1],
+        rows.append([b["name"], "%.3f" % w_on, "%.3f" % w_off, "%.3f" % median(wall_pairs[-1]),
                      interval_text(bootstrap_interval([wall_pairs[-1]])),
-                     "%.3f" % c_on, "%.3f" % c_off, fmt(cpu_ratios[-1], "%.3f"),
+                     "%.3f" % c_on, "%.3f" % c_off, fmt(median(cpu_pairs[-1]), "%.3f"),
                      interval_text(bootstrap_interval([cpu_pairs[-1]])),
                      fmt(min_ratios[-1], "%.3f")])
     prog.end()
     elapsed = time.monotonic() - t_start
     host_end = host_probe()
+    wall_mean = geomean([median(xs) for xs in wall_pairs])
+    cpu_mean = geomean([median(xs) for xs in cpu_pairs])
     wall_interval, cpu_interval = bootstrap_interval(wall_pairs), bootstrap_interval(cpu_pairs)
-    rows.append(["**geometric mean**", "", "", "**%.3f**" % geomean(wall_ratios),
-                 "**%s**" % interval_text(wall_interval), "", "", "**%.3f**" % geomean(cpu_ratios),
+    rows.append(["**geometric mean**", "", "", "**%.3f**" % wall_mean,
+                 "**%s**" % interval_text(wall_interval), "", "", "**%.3f**" % cpu_mean,
                  "**%s**" % interval_text(cpu_interval), "**%.3f**" % geomean(min_ratios)])
     hdr = ["benchmark", "wall s, checks", "wall s, none", "wall ratio", "its 95% interval",
            "user+sys s, checks", "user+sys s, none", "user+sys ratio", "its 95% interval",
