@@ -1,8 +1,9 @@
 # Benchmarks (bench/). Included by the top Makefile, which defines CC, BUILD,
 # LIB_SO and the `lib` target. The runner is bench/run.py (Python 3 stdlib):
 # harness.py runs and measures, suite.py is `make bench`, fast_path.py the
-# instruction and check-cost figures, release.py ebizzy and ghostscript,
-# scaling.py the thread-scaling table (for a machine with many CPUs).
+# instruction and check-cost figures, cache_sim.py the simulated cache misses,
+# release.py ebizzy and ghostscript, scaling.py the thread-scaling table (for
+# a machine with many CPUs).
 BENCH_DIR    := $(BUILD)/bench
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -pthread
 BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn threadwave pair ebizzy arena_pairs patterns faultcost hostprobe page_model lent_loop
@@ -11,7 +12,7 @@ BENCH_PY     ?= /usr/bin/python3
 # Extra arguments for the runner, e.g. BENCH_ARGS="--reps 3 --only larson,churn"
 BENCH_ARGS   ?=
 
-.PHONY: bench bench-quick bench-insns bench-checks bench-ebizzy bench-gs bench-scaling bench-build
+.PHONY: bench bench-quick bench-insns bench-checks bench-cache bench-ebizzy bench-gs bench-scaling bench-build
 
 bench-build: $(BENCH_BINS) $(BENCH_DIR)/rss_parts.so $(BENCH_DIR)/live_bound.so
 
@@ -32,6 +33,9 @@ bench-insns: lib bench-build
 
 bench-checks: lib lib-nochecks bench-build
 	$(BENCH_PY) bench/run.py checks $(BENCH_ARGS)
+
+bench-cache: lib bench-build
+	$(BENCH_PY) bench/run.py cache $(BENCH_ARGS)
 
 bench-ebizzy: lib bench-build
 	$(BENCH_PY) bench/run.py ebizzy $(BENCH_ARGS)

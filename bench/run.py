@@ -4,6 +4,7 @@
     run.py bench   [--reps N] [--only a,b] [--allocs x,y] [--no-doc]
     run.py quick   the same on a quick subset, 3 repetitions, no doc update
     run.py insns   callgrind instructions per malloc(32)+free pair
+    run.py cache   cachegrind's simulated L1 and 1 MiB L2 misses, one thread
     run.py ebizzy  ebizzy-like records/s and sys time, 1 and 2 threads
     run.py gs      ghostscript average RSS and wall time (seed 001)
     run.py scaling [--threads 1,2,4] [--md FILE] [--from-runs FILE,FILE]
@@ -19,6 +20,7 @@ import os
 import sys
 
 from harness import BIN, log
+from cache_sim import cmd_cache
 from fast_path import cmd_checks, cmd_insns
 from release import cmd_ebizzy, cmd_gs
 from scaling import cmd_scaling
@@ -29,7 +31,8 @@ from suite import BENCHMARKS, cmd_bench
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["bench", "quick", "insns", "checks", "ebizzy", "gs", "scaling", "list"])
+    ap.add_argument("command", choices=["bench", "quick", "insns", "checks", "cache", "ebizzy", "gs", "scaling",
+                                           "list"])
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 7; quick 3)")
     ap.add_argument("--only", type=lambda s: s.split(","), default=None, help="benchmarks, comma-separated")
     ap.add_argument("--allocs", type=lambda s: s.split(","), default=None, help="allocators, comma-separated")
@@ -52,7 +55,7 @@ def main():
         return 0
     if args.command in ("bench", "quick"):
         return cmd_bench(args, args.command == "quick")
-    return {"insns": cmd_insns, "checks": cmd_checks, "ebizzy": cmd_ebizzy,
+    return {"insns": cmd_insns, "checks": cmd_checks, "cache": cmd_cache, "ebizzy": cmd_ebizzy,
             "gs": cmd_gs, "scaling": cmd_scaling}[args.command](args)
 
 

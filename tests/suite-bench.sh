@@ -173,6 +173,35 @@ PYEOF
 if [ "$out" = ok ]; then pass bench-bootstrap-interval
 else fail bench-bootstrap-interval "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
 
+# make bench-cache's reading of cachegrind's summary: the data misses of the
+# first level (D1) and of the last (LLd), not the instruction or combined
+# lines beside them; then a real cachegrind run of a small command, whose
+# summary must read so (a valgrind that words it otherwise fails here, not
+# as a blank table).
+out=$(cd "$ROOT/bench" && python3 - <<'PYEOF' 2>&1
+import os, shutil
+from cache_sim import parse_cachegrind, simulate
+summary = """==7== I1  misses:          1,234
+==7== LLi misses:          1,100
+==7== D   refs:       69,066,159  (50,345,727 rd   + 18,720,432 wr)
+==7== D1  misses:      6,300,598  ( 4,472,017 rd   +  1,828,581 wr)
+==7== LLd misses:         63,086  (     2,082 rd   +     61,004 wr)
+==7== D1  miss rate:         9.1% (       8.9%     +        9.8%  )
+==7== LL misses:          64,186  (     3,182 rd   +     61,004 wr)
+"""
+ok = parse_cachegrind(summary) == {"D1": 6300598, "LLd": 63086}
+ok = ok and parse_cachegrind(summary.replace("LLd", "LLx")) == {"D1": 6300598}
+if shutil.which("valgrind"):
+    env = dict(os.environ)
+    env.pop("LD_PRELOAD", None)
+    got = simulate(["/bin/true"], env, "1048576,8,64")
+    ok = ok and 0 < got["LLd"] <= got["D1"]
+print("ok" if ok else "wrong: %r" % parse_cachegrind(summary))
+PYEOF
+)
+if [ "$out" = ok ]; then pass bench-cache-parse
+else fail bench-cache-parse "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+
 # make bench-scaling's arithmetic: the runs file read back (the machine line
 # kept), ebizzy's records/s turned into the time one thread takes for 1000
 # records, the ratio to the best peer at each thread count, and the default
