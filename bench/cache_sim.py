@@ -3,9 +3,10 @@ core's first-level data cache and of a 1 MiB second level, per allocator,
 on single-thread benchmarks.
 
 This machine's virtual CPUs expose no hardware counters, so a miss count
-can only be simulated. A single-thread run under cachegrind is
-deterministic, so its counts compare allocators (and two builds) as exactly
-as callgrind's instructions do. The second level is simulated twice: 8-way
+can only be simulated. A single-thread run under cachegrind repeats its
+counts to within 1% (address randomisation moves the mappings against
+the sets), so they compare allocators, and two builds, far more closely
+than times on this shared host. The second level is simulated twice: 8-way
 (AMD Zen 4's L2: 1 MiB, 8 ways) and 256-way (nearly fully associative). The
 8-way misses the 256-way model avoids are conflict misses: lines that fall
 in one set because of where the allocator placed the blocks (a page's
@@ -14,12 +15,11 @@ working set is too large. Threads are not simulated (cachegrind runs one
 at a time and shares one cache model), so a line passed between cores
 costs nothing here."""
 
-import datetime
 import os
 import re
 
 from harness import (BIN, Progress, alloc_env, available_allocators, failure_text, log,
-                     machine_text, md_table, run_once, text_table, write_section)
+                     machine_text, md_table, run_once, section_head, text_table, write_section)
 
 # Single-thread commands: churn's random replacement and LIFO batches, and
 # mstress's bursts with long-lived sets (one thread: its exchanges are with
@@ -84,16 +84,15 @@ def cmd_cache(args):
     log("")
     log(text_table(hdr, rows))
     md = "\n".join([
-        "## Simulated cache misses (`make bench-cache`)", "",
-        "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "- Machine: %s" % machine_text(allocs),
+        *section_head("Simulated cache misses (`make bench-cache`)", machine_text(allocs)),
         "- Method: `valgrind --tool=cachegrind --cache-sim=yes --D1=%s --LL=SECOND` with "
         "the allocator preloaded, SECOND a 1 MiB level of 64-byte lines, 8-way (AMD Zen 4's "
         "L2) and 256-way (nearly fully associative); the figures are data misses, reads "
-        "and writes, the program's and the allocator's. A single-thread run is "
-        "deterministic, so one run each. The conflict share is the part of the 8-way "
-        "misses the 256-way model does not have: lines crowded into the same sets by "
-        "where the blocks lie. This machine's CPUs have no hardware counters; threads "
+        "and writes, the program's and the allocator's. A single-thread run repeats "
+        "its counts to within 1%% (address randomisation), so one run each. The "
+        "conflict share is the part of the 8-way misses the 256-way model does not "
+        "have: lines crowded into the same sets by where the blocks lie. This "
+        "machine's CPUs have no hardware counters; threads "
         "are not simulated (a line passed between cores costs nothing here)." % L1, "",
         md_table(hdr, rows), ""])
     if not args.no_doc:

@@ -2,15 +2,14 @@
 (`make bench-insns`) and the time the default checks cost against a build
 without them (`make bench-checks`)."""
 
-import datetime
 import os
 import re
 import time
 
 from harness import (BIN, BUILD, LIB, Progress, ROOT, alloc_env, available_allocators,
                      bootstrap_interval, failure_text, fmt, geomean, host_probe, interval_text,
-                     loadavg, log, machine_text, md_table, median, run_once, text_table,
-                     write_section)
+                     loadavg, log, machine_text, md_table, median, run_once, section_head,
+                     text_table, write_section)
 from suite import BENCHMARKS, fill, gen_c
 
 
@@ -49,9 +48,8 @@ def cmd_insns(args):
     log("")
     log(text_table(hdr, rows))
     md = "\n".join([
-        "## Instructions per malloc(32)+free pair (`make bench-insns`)", "",
-        "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "- Machine: %s" % machine_text(allocs),
+        *section_head("Instructions per malloc(32)+free pair (`make bench-insns`)",
+                      machine_text(allocs)),
         "- Method: `valgrind --tool=callgrind build/bench/pair N LIVE` with the allocator "
         "preloaded (callgrind does not replace malloc, so `LD_PRELOAD` works), for N = "
         "1,000,000 and 2,000,000; instructions per pair = (I(2M) - I(1M)) / 1M, so start-up and "
@@ -150,9 +148,8 @@ def cmd_checks(args):
     log(text_table(hdr, [[c.replace("*", "") for c in r] for r in rows]))
     log("host at the end: %s" % host_end)
     md = "\n".join([
-        "## Cost of the default checks (`make bench-checks`)", "",
-        "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-        "- Machine: %s" % machine_text([dict(name="tidemalloc")]),
+        *section_head("Cost of the default checks (`make bench-checks`)",
+                      machine_text([dict(name="tidemalloc")])),
         "- Method: every `make bench` benchmark with `build/libtidemalloc.so` and with "
         "`build/nochecks/libtidemalloc.so` (`make lib-nochecks`: the same sources built with "
         "`-DTIDEMALLOC_NO_CHECKS`, so no link encoding, link check, pointer validation, "

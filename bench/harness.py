@@ -3,6 +3,7 @@ there are, running one command under one of them (through build/bench/launch)
 and measuring it, small statistics, and writing a marked section of
 docs/benchmarks.md."""
 
+import datetime
 import math
 import os
 import platform
@@ -311,6 +312,13 @@ one is skipped).
 """
 
 SECTIONS = ["bench", "insns", "checks", "cache", "ebizzy", "gs", "scaling"]
+
+
+def section_head(title, machine):
+    """The first lines of a section of docs/benchmarks.md: its title, the
+    date and the machine."""
+    return ["## " + title, "", "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
+            "- Machine: %s" % machine]
 
 
 def write_section(name, text):

@@ -7,13 +7,12 @@ machine, 1 and 2.
 Peers are found in BENCH_PEER_LIBDIR when it is set (a machine without the
 Debian packages can be handed copies of their shared objects)."""
 
-import datetime
 import os
 import re
 import time
 
 from harness import (BIN, Progress, alloc_env, available_allocators, failure_text, fmt, geomean,
-                     loadavg, log, machine_text, md_table, median, rotated, run_once,
+                     loadavg, log, machine_text, md_table, median, rotated, run_once, section_head,
                      write_section)
 
 
@@ -93,7 +92,7 @@ def cmd_scaling(args):
         allocs = [a for a in available_allocators(quiet=True) if a["name"] in names]
         benches = [b for b in benches if any(k[0] == b[0] for k in res)]
         md = scaling_markdown(benches, counts, allocs, res, [], reps, None, None, machine)
-        write_section("scaling", md)
+        write_markdown(args, md)
         return 0
     log("bench-scaling: %d benchmarks x threads %s x %d allocators x %d repetitions, "
         "interleaved; %d CPUs" % (len(benches), ",".join(map(str, counts)), len(allocs), reps,
@@ -134,13 +133,19 @@ def cmd_scaling(args):
     elapsed = time.monotonic() - t0
     md = scaling_markdown(benches, counts, allocs, res, failures, reps, elapsed, (load0, loadavg()))
     log(md)
+    write_markdown(args, md)
+    return 1 if failures else 0
+
+
+def write_markdown(args, md):
+    """The table to --md's file, if given, and to docs/benchmarks.md unless
+    --no-doc."""
     if args.md:
         with open(args.md, "w") as f:
             f.write(md)
         log("wrote %s" % args.md)
     if not args.no_doc:
         write_section("scaling", md)
-    return 1 if failures else 0
 
 
 def summarise(benches, counts, allocs, res):
@@ -169,9 +174,7 @@ def scaling_markdown(benches, counts, allocs, res, failures, reps, elapsed, load
     took = ("Run took %.0f s; load average (1 min) %s at the start and %s at the end."
             % (elapsed, load[0], load[1]) if elapsed is not None
             else "Assembled from the runs' `.runs` files (`--from-runs`).")
-    L = ["## Thread scaling (`make bench-scaling`)", "",
-         "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-         "- Machine: %s" % (machine or machine_text(allocs)),
+    L = [*section_head("Thread scaling (`make bench-scaling`)", machine or machine_text(allocs)),
          "- Method: each benchmark at %s threads, every thread doing the same work at every "
          "count, so flat is perfect; %d repetitions interleaved across allocators; median wall "
          "time in ms (ebizzy: the ms one thread takes for 1000 records, from its records/s "

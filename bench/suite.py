@@ -2,7 +2,6 @@
 run that times every benchmark under every allocator and writes the table, the
 summary and the chart."""
 
-import datetime
 import json
 import math
 import os
@@ -10,8 +9,8 @@ import time
 
 from harness import (BIN, Progress, ROOT, SRC, SVG, alloc_env, available_allocators,
                      bootstrap_interval, failure_text, fmt, geomean, host_probe, interval_text,
-                     loadavg, log, machine_text, md_table, median, rotated, run_once, text_table,
-                     write_section)
+                     loadavg, log, machine_text, md_table, median, rotated, run_once, section_head,
+                     text_table, write_section)
 
 
 # The benchmark table. {bin}: build/bench, {src}: bench/, {gen}: generated
@@ -297,9 +296,8 @@ def paired_text(allocs, summary):
 def bench_markdown(benches, allocs, summary, failures, elapsed, reps, quick, load, host):
     geo = summary["_geo"]
     names = [a["name"] for a in allocs]
-    L = ["## Benchmarks (`make %s`)" % ("bench-quick" if quick else "bench"), "",
-         "- Date: %s" % datetime.datetime.now().strftime("%Y-%m-%d %H:%M"),
-         "- Machine: %s" % machine_text(allocs),
+    L = [*section_head("Benchmarks (`make %s`)" % ("bench-quick" if quick else "bench"),
+                       machine_text(allocs)),
          "- Method: %d repetitions, runs interleaved across allocators (each repetition starting one "
          "allocator further on); median wall, user and sys "
          "time (`wait4` rusage), median peak RSS (`VmHWM` read as the command's main thread "
