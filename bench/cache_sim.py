@@ -74,8 +74,9 @@ def cmd_cache(args):
                 prog.step()
             if len(counts) != len(SECOND_LEVELS):
                 continue
-            tight, loose = counts["8-way"]["LLd"], counts["256-way"]["LLd"]
-            rows.append([name, a["name"], "{:,}".format(counts["8-way"]["D1"]),
+            (tight_name, _), (loose_name, _) = SECOND_LEVELS
+            tight, loose = counts[tight_name]["LLd"], counts[loose_name]["LLd"]
+            rows.append([name, a["name"], "{:,}".format(counts[tight_name]["D1"]),
                          "{:,}".format(tight), "{:,}".format(loose),
                          "%.0f%%" % (100.0 * (tight - loose) / tight) if tight else "-"])
     prog.end()

@@ -31,8 +31,8 @@ from suite import BENCHMARKS, cmd_bench
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("command", choices=["bench", "quick", "insns", "checks", "cache", "ebizzy", "gs", "scaling",
-                                           "list"])
+    ap.add_argument("command", choices=["bench", "quick", "insns", "checks", "cache", "ebizzy", "gs",
+                                        "scaling", "list"])
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 7; quick 3)")
     ap.add_argument("--only", type=lambda s: s.split(","), default=None, help="benchmarks, comma-separated")
     ap.add_argument("--allocs", type=lambda s: s.split(","), default=None, help="allocators, comma-separated")
