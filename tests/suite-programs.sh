@@ -26,7 +26,7 @@ trap 'rm -rf "$work"' EXIT
 gs_modes=(default aggressive secure)
 names=(preload-active python3-churn perl-churn gcc-O2-generated sqlite3-memory)
 for m in "${gs_modes[@]}"; do names+=("gs-render-$m"); done
-names+=(python3-regrtest redis-server redis-server-secure)
+names+=(python3-regrtest redis-server redis-server-secure postgres-pgbench postgres-pgbench-secure)
 if [ -n "$preload" ] && [ ! -e "$preload" ]; then
   for n in "${names[@]}"; do echo "SKIP $n library $preload not built"; done
   exit 0
@@ -197,6 +197,27 @@ if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &
 else
   for name in redis-server redis-server-secure; do
     echo "SKIP $name redis-server or redis-tools not installed"
+  done
+fi
+
+# PostgreSQL: a server that forks a backend per connection from the
+# postmaster's heap, with pgbench's clients, a sort past work_mem and a
+# hash aggregate (tests/programs/pg_session.sh). As root it runs as the
+# postgres user, which the Debian package creates.
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+if [ -x "$pg_bin/initdb" ] && [ -x "$pg_bin/pgbench" ] && [ -x "$pg_bin/psql" ] &&
+  { [ "$(id -u)" != 0 ] || id postgres >/dev/null 2>&1; }; then
+  for name in postgres-pgbench postgres-pgbench-secure; do
+    mode_env=(X_TIDEMALLOC_MODE=default)
+    [ "$name" = postgres-pgbench-secure ] && mode_env=(MALLOC_CHECK_=3)
+    for side in ref test; do
+      run_one "$work/$name/$side" env "${mode_env[@]}" sh "$progs/pg_session.sh"
+    done
+    verdict "$name"
+  done
+else
+  for name in postgres-pgbench postgres-pgbench-secure; do
+    echo "SKIP $name postgresql (its server and pgbench) not installed"
   done
 fi
 exit 0
