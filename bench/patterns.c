@@ -27,6 +27,16 @@
  *                                        (default 0) each malloc 64 bytes
  *                                        first and wait, as a timer or logger
  *                                        thread would
+ *   patterns collector THREADS BLOCKS MIB MAXBYTES
+ *                                        THREADS threads each allocate BLOCKS
+ *                                        blocks of 1-MAXBYTES bytes and fill
+ *                                        them; whenever the blocks not yet
+ *                                        freed pass MIB MiB, the threads wait
+ *                                        while a collector thread frees them
+ *                                        all: a garbage-collected runtime's
+ *                                        native buffers (Java's direct
+ *                                        buffers, which its reference handler
+ *                                        frees after each collection)
  *
  * Fixed work and fixed seeds; the time is the caller's to take (bench/run.py,
  * /usr/bin/time), so the program prints only a checksum (and, for threads,
@@ -248,6 +258,96 @@ static int cycles(long size, long count, long rounds, long helpers) {
     return 0;
 }
 
+/* collector: the blocks the workers made since the last collection, and
+ * their bytes, under collector_lock */
+static pthread_mutex_t collector_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t collector_wanted = PTHREAD_COND_INITIALIZER;
+static pthread_cond_t collector_finished = PTHREAD_COND_INITIALIZER;
+static unsigned char **collector_blocks;
+static size_t collector_count, collector_capacity, collector_bytes, collector_limit;
+static long collector_per_thread, collector_max, collections;
+static bool collector_stop;
+
+static void *collector_worker(void *arg) {
+    rng_t r;
+    rng_seed(&r, 900 + (uint64_t)(intptr_t)arg);
+    for (long i = 0; i < collector_per_thread; i++) {
+        size_t size = 1 + (size_t)rng_below(&r, (uint64_t)collector_max);
+        pthread_mutex_lock(&collector_lock);
+        while (collector_bytes + size > collector_limit) {
+            long seen = collections;
+            pthread_cond_signal(&collector_wanted);
+            while (seen == collections)
+                pthread_cond_wait(&collector_finished, &collector_lock);
+        }
+        collector_bytes += size;
+        pthread_mutex_unlock(&collector_lock);
+        unsigned char *p = xmalloc(size);
+        memset(p, (int)(i & 127) + 1, size); /* a runtime clears its buffers */
+        pthread_mutex_lock(&collector_lock);
+        if (collector_count == collector_capacity) {
+            collector_capacity = collector_capacity ? 2 * collector_capacity : 1024;
+            collector_blocks = realloc(collector_blocks, collector_capacity * sizeof(void *));
+            if (collector_blocks == NULL) abort();
+        }
+        collector_blocks[collector_count++] = p;
+        pthread_mutex_unlock(&collector_lock);
+    }
+    return NULL;
+}
+
+static void *collector_main(void *sum_out) {
+    uint64_t sum = 0;
+    pthread_mutex_lock(&collector_lock);
+    while (!collector_stop) {
+        if (collector_bytes + (size_t)collector_max <= collector_limit) {
+            pthread_cond_wait(&collector_wanted, &collector_lock);
+            continue;
+        }
+        unsigned char **blocks = collector_blocks;
+        size_t count = collector_count;
+        collector_blocks = NULL;
+        collector_count = collector_capacity = 0;
+        pthread_mutex_unlock(&collector_lock);
+        for (size_t i = 0; i < count; i++)
+            sum += blocks[i][0], free(blocks[i]);
+        free(blocks);
+        pthread_mutex_lock(&collector_lock);
+        collector_bytes = 0;
+        collections++;
+        pthread_cond_broadcast(&collector_finished);
+    }
+    pthread_mutex_unlock(&collector_lock);
+    *(uint64_t *)sum_out = sum;
+    return NULL;
+}
+
+static int collector(long threads, long blocks, long mib, long max_bytes) {
+    if (threads < 1 || threads > 64 || blocks < 1 || mib < 1 || max_bytes < 1 ||
+        (size_t)max_bytes > ((size_t)mib << 20))
+        return 2;
+    collector_per_thread = blocks;
+    collector_limit = (size_t)mib << 20;
+    collector_max = max_bytes;
+    uint64_t sum = 0;
+    pthread_t gc, worker[64];
+    pthread_create(&gc, NULL, collector_main, &sum);
+    for (long t = 0; t < threads; t++)
+        pthread_create(&worker[t], NULL, collector_worker, (void *)(intptr_t)t);
+    for (long t = 0; t < threads; t++)
+        pthread_join(worker[t], NULL);
+    pthread_mutex_lock(&collector_lock);
+    collector_stop = true;
+    pthread_cond_signal(&collector_wanted);
+    pthread_mutex_unlock(&collector_lock);
+    pthread_join(gc, NULL);
+    for (size_t i = 0; i < collector_count; i++)
+        sum += collector_blocks[i][0], free(collector_blocks[i]);
+    free(collector_blocks);
+    printf("collector collections=%ld sum=%llu\n", collections, (unsigned long long)sum);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "";
     if (strcmp(what, "realloc-grow") == 0)
@@ -267,8 +367,12 @@ int main(int argc, char **argv) {
     if (strcmp(what, "cycles") == 0)
         return cycles(arg_long(argc, argv, 2, 100), arg_long(argc, argv, 3, 800000),
                       arg_long(argc, argv, 4, 20), arg_long(argc, argv, 5, 0));
+    if (strcmp(what, "collector") == 0)
+        return collector(arg_long(argc, argv, 2, 4), arg_long(argc, argv, 3, 6000),
+                         arg_long(argc, argv, 4, 512), arg_long(argc, argv, 5, 200000));
     fprintf(stderr, "usage: patterns realloc-grow MIB STEP REPS | large-heap LIVE STEPS | "
                     "threads N OBJS CLASSES | aligned ALIGN ROUNDS | calloc-large MODE STEPS | "
-                    "handoff KIB ROUNDS | cycles SIZE COUNT ROUNDS [HELPERS]\n");
+                    "handoff KIB ROUNDS | cycles SIZE COUNT ROUNDS [HELPERS] | "
+                    "collector THREADS BLOCKS MIB MAXBYTES\n");
     return 2;
 }
