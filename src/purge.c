@@ -323,6 +323,7 @@ static uint32_t idle_owner_interval_ms(void) {
     return per_segments > IDLE_OWNER_INTERVAL_MS ? (uint32_t)per_segments : IDLE_OWNER_INTERVAL_MS;
 }
 static void reclaim_idle_owners(uint32_t now) {
+    bool keep_live_owners = OPTION(retain_percent) == 0;
     /* the heaps lock throughout: no heap structure is recycled (and cleared)
      * while a segment's stale owner pointer leads to it */
     spin_lock(&g_heaps_lock);
@@ -333,10 +334,12 @@ static void reclaim_idle_owners(uint32_t now) {
          * pages to the next pass or to the delay; the reclaim itself is
          * decided by its CAS. Heap structures are never unmapped. No owner:
          * abandoned, idle. An owner is idle if its count has not moved since
-         * the previous pass. */
+         * the previous pass. With the retain bound off, a live owner's
+         * pages wait for the delay: the user asked for the delay alone. */
         struct heap *owner = __atomic_load_n(&s->heap, __ATOMIC_RELAXED);
         if (owner != NULL &&
-            __atomic_load_n(&owner->slow_paths, __ATOMIC_RELAXED) != owner->slow_paths_seen)
+            (keep_live_owners ||
+             __atomic_load_n(&owner->slow_paths, __ATOMIC_RELAXED) != owner->slow_paths_seen))
             continue;
         released += segment_reclaim_pages(s, now, IDLE_OWNER_MS);
     }

@@ -294,6 +294,8 @@ COLD struct segment *segment_acquire(struct heap *heap, enum segment_source sour
  * heaps growing the 16 bound what exiting threads leave resident for the next
  * ones (1024 cost `threadwave` 13% more peak RSS). */
 static unsigned segment_cache_resident_max(void) {
+    /* the retain bound off: the delay alone governs them, as any free slice */
+    if (OPTION(retain_percent) == 0) return SEGMENT_CACHE_CLEAN_MAX;
     return retain_one_growing_heap() ? SEGMENT_CACHE_CLEAN_MAX : SEGMENT_CACHE_MAX;
 }
 

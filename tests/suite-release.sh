@@ -149,6 +149,9 @@ run retain-bound-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound o
 run cycles-single TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles single
 run cycles-idle-helper TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles idle-helper
 run cycles-two-growing-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles two-growing
+# The bound off: the delay alone, with several heaps too.
+run cycles-two-growing-bound-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 \
+  -- rel_cycles two-growing-delay
 
 # e. An idle process gets its memory back; the switch turns that off. The
 # switch's check runs with the retain bound off: the bound may give back part

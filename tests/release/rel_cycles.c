@@ -20,6 +20,13 @@
  *                           at once, both heaps grow, so the bound counts the
  *                           current use, and the troughs go back: release
  *                           syscalls and faults in rounds 2-6.
+ *   rel_cycles two-growing-delay
+ *                           the same, run with TIDEMALLOC_RETAIN_PERCENT=0:
+ *                           no early release, so none in rounds 2-6 and few
+ *                           faults, as for a single heap (before the
+ *                           sixty-seventh session the segment cache still
+ *                           released every empty segment past 16 at once
+ *                           with several heaps growing).
  * The peak is read as the frees start, once a round, and counts for the
  * window it falls in and the next (100-200 ms), and the growing heaps once a
  * window: a round that took over 180 ms (a host stalled, not the memory
@@ -90,11 +97,11 @@ static void *grower(void *unused) {
     return NULL;
 }
 
-enum mode { SINGLE, IDLE_HELPER, TWO_GROWING };
+enum mode { SINGLE, IDLE_HELPER, TWO_GROWING, TWO_GROWING_DELAY };
 static enum mode mode;
 
 static void round_run(int r) {
-    if (mode != TWO_GROWING) {
+    if (mode != TWO_GROWING && mode != TWO_GROWING_DELAY) {
         round_range(r, 0, 1);
         return;
     }
@@ -104,12 +111,13 @@ static void round_run(int r) {
 }
 
 int main(int argc, char **argv) {
-    static const char *const modes[] = {"single", "idle-helper", "two-growing"};
+    static const char *const modes[] = {"single", "idle-helper", "two-growing",
+                                        "two-growing-delay"};
     int chosen = -1;
-    for (int m = 0; argc == 2 && m < 3; m++)
+    for (int m = 0; argc == 2 && m < 4; m++)
         if (strcmp(argv[1], modes[m]) == 0) chosen = m;
     if (chosen < 0) {
-        fprintf(stderr, "usage: rel_cycles single|idle-helper|two-growing\n");
+        fprintf(stderr, "usage: rel_cycles single|idle-helper|two-growing|two-growing-delay\n");
         return 2;
     }
     mode = (enum mode)chosen;
@@ -121,7 +129,7 @@ int main(int argc, char **argv) {
         while (stage != 1)
             pthread_cond_wait(&gate_cond, &gate);
         pthread_mutex_unlock(&gate);
-    } else if (mode == TWO_GROWING) {
+    } else if (mode == TWO_GROWING || mode == TWO_GROWING_DELAY) {
         REL_CHECK(pthread_barrier_init(&round_barrier, NULL, 2) == 0,
                   "pthread_barrier_init failed");
         REL_CHECK(pthread_create(&thread, NULL, grower, NULL) == 0, "pthread_create failed");
