@@ -287,8 +287,7 @@ static void *collector_worker(void *arg) {
         pthread_mutex_lock(&collector_lock);
         if (collector_count == collector_capacity) {
             collector_capacity = collector_capacity ? 2 * collector_capacity : 1024;
-            collector_blocks = realloc(collector_blocks, collector_capacity * sizeof(void *));
-            if (collector_blocks == NULL) abort();
+            collector_blocks = xrealloc(collector_blocks, collector_capacity * sizeof(void *));
         }
         collector_blocks[collector_count++] = p;
         pthread_mutex_unlock(&collector_lock);

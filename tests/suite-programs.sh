@@ -180,20 +180,28 @@ else
   echo "SKIP python3-regrtest CPython's test package not installed (libpython3.X-testsuite)"
 fi
 
+# default_and_secure NAME COMMAND...: tests NAME (default mode) and
+# NAME-secure (MALLOC_CHECK_=3), each against glibc's run of COMMAND in the
+# same mode.
+default_and_secure() {
+  local base=$1; shift
+  local name mode_env side
+  for name in "$base" "$base-secure"; do
+    mode_env=(X_TIDEMALLOC_MODE=default)
+    [ "$name" = "$base-secure" ] && mode_env=(MALLOC_CHECK_=3)
+    for side in ref test; do
+      run_one "$work/$name/$side" env "${mode_env[@]}" "$@"
+    done
+    verdict "$name"
+  done
+}
+
 # redis-server: Debian links it with jemalloc, so the reference run is
 # jemalloc's and the preloaded library replaces it (malloc, free, realloc,
 # calloc and malloc_usable_size; its mallctl calls still reach jemalloc).
 if command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null &&
   [ -x /usr/bin/python3 ]; then
-  for name in redis-server redis-server-secure; do
-    mode_env=(X_TIDEMALLOC_MODE=default)
-    [ "$name" = redis-server-secure ] && mode_env=(MALLOC_CHECK_=3)
-    for side in ref test; do
-      run_one "$work/$name/$side" env "${mode_env[@]}" sh "$progs/redis_session.sh" \
-        "$progs/gen_redis.py" 30000
-    done
-    verdict "$name"
-  done
+  default_and_secure redis-server sh "$progs/redis_session.sh" "$progs/gen_redis.py" 30000
 else
   for name in redis-server redis-server-secure; do
     echo "SKIP $name redis-server or redis-tools not installed"
@@ -207,14 +215,7 @@ fi
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 if [ -x "$pg_bin/initdb" ] && [ -x "$pg_bin/pgbench" ] && [ -x "$pg_bin/psql" ] &&
   { [ "$(id -u)" != 0 ] || id postgres >/dev/null 2>&1; }; then
-  for name in postgres-pgbench postgres-pgbench-secure; do
-    mode_env=(X_TIDEMALLOC_MODE=default)
-    [ "$name" = postgres-pgbench-secure ] && mode_env=(MALLOC_CHECK_=3)
-    for side in ref test; do
-      run_one "$work/$name/$side" env "${mode_env[@]}" sh "$progs/pg_session.sh"
-    done
-    verdict "$name"
-  done
+  default_and_secure postgres-pgbench sh "$progs/pg_session.sh"
 else
   for name in postgres-pgbench postgres-pgbench-secure; do
     echo "SKIP $name postgresql (its server and pgbench) not installed"
