@@ -19,6 +19,7 @@ extern "C" {
 #define M_RETAIN_PERCENT     (-102) /* free memory kept, as % of memory in use (0: no bound) */
 #define M_BATCHED_RELEASE    (-103) /* 1 (default): release ranges with one process_madvise */
 #define M_POPULATE           (-104) /* 1 (default): realloc populates the pages its copy writes */
+#define M_REFAULT_PERCENT    (-105) /* % of CPU time refaults may take before the bound pauses */
 
 /* Counters kept since the process started. Syscall counts are those the
  * allocator itself made. */

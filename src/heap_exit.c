@@ -121,7 +121,7 @@ COLD void heap_thread_exit(void *arg) {
     for (int l = 0; l < 2; l++) {
         for (struct segment *s = *lists[l], *next; s; s = next) {
             next = s->next;
-            if (s->used_pages == 0) segment_release_empty(heap, s);
+            if (s->used_pages == 0) segment_release_empty(heap, s, false);
         }
     }
     /* Pages still in use (blocks other threads hold) stay in their segments,

@@ -89,25 +89,27 @@ static inline unsigned bit_count(uint64_t x) {
  * over it is always mapped on its own. */
 #define DEFAULT_MMAP_THRESHOLD_MAX ((size_t)32 << 20)
 struct options {
-    size_t trim_threshold;   /* retained free bytes kept before releasing */
-    size_t top_pad;          /* extra bytes kept on top of the threshold */
-    size_t mmap_threshold;   /* requests at/above this are mapped on their own */
-    int mmap_max;            /* most live direct mappings (0 or less: never map directly) */
-    bool dynamic_threshold;  /* glibc's adaptive mmap threshold still on */
-    bool aggressive_madvise; /* seed 001: release free pages at once */
-    bool background_purge;   /* a helper thread releases memory of idle processes */
-    bool batched_release;    /* a pass's ranges go back in one process_madvise call;
-                                cleared when the kernel refuses one */
-    bool populate;           /* realloc's copy populates the untouched pages it will
-                                write (os_populate); cleared when the kernel refuses */
-    bool print_stats;        /* TIDEMALLOC_STATS=1: summary at exit */
-    uint32_t purge_delay_ms; /* how long free memory stays before release */
-    uint32_t retain_percent; /* free slices kept past the threshold: % of in use (0: off) */
-    int perturb;             /* MALLOC_PERTURB_ value (0: off); its low byte fills */
-    int check_action;        /* MALLOC_CHECK_ value; 3 turns on secure mode */
-    bool secure;             /* canaries, free fill checked on reuse, guard pages */
-    bool checked;            /* secure or perturb: all calls take check.c's paths */
-    bool free_slow;          /* checked, or aggressive: every free takes the slow path */
+    size_t trim_threshold;    /* retained free bytes kept before releasing */
+    size_t top_pad;           /* extra bytes kept on top of the threshold */
+    size_t mmap_threshold;    /* requests at/above this are mapped on their own */
+    int mmap_max;             /* most live direct mappings (0 or less: never map directly) */
+    bool dynamic_threshold;   /* glibc's adaptive mmap threshold still on */
+    bool aggressive_madvise;  /* seed 001: release free pages at once */
+    bool background_purge;    /* a helper thread releases memory of idle processes */
+    bool batched_release;     /* a pass's ranges go back in one process_madvise call;
+                                 cleared when the kernel refuses one */
+    bool populate;            /* realloc's copy populates the untouched pages it will
+                                 write (os_populate); cleared when the kernel refuses */
+    bool print_stats;         /* TIDEMALLOC_STATS=1: summary at exit */
+    uint32_t purge_delay_ms;  /* how long free memory stays before release */
+    uint32_t retain_percent;  /* free slices kept past the threshold: % of in use (0: off) */
+    uint32_t refault_percent; /* % of CPU time refaults may take before the retain bound
+                                 pauses for a purge delay (0: never; purge.c) */
+    int perturb;              /* MALLOC_PERTURB_ value (0: off); its low byte fills */
+    int check_action;         /* MALLOC_CHECK_ value; 3 turns on secure mode */
+    bool secure;              /* canaries, free fill checked on reuse, guard pages */
+    bool checked;             /* secure or perturb: all calls take check.c's paths */
+    bool free_slow;           /* checked, or aggressive: every free takes the slow path */
 };
 extern struct options g_options INTERNAL;
 /* Tunables that mallopt and the dynamic threshold change while other threads
@@ -424,7 +426,8 @@ enum segment_source {
     SEGMENT_NEW,           /* a new mapping: every slice free, nothing for a purger */
 };
 struct segment *segment_acquire(struct heap *heap, enum segment_source source) INTERNAL;
-void segment_release_empty(struct heap *heap, struct segment *segment) INTERNAL;
+/* own_frees: a thread heap's own frees emptied it, the thread living on */
+void segment_release_empty(struct heap *heap, struct segment *segment, bool own_frees) INTERNAL;
 bool segment_cache_trim(bool everything, uint32_t now) INTERNAL;
 void segment_abandon(struct segment *segment) INTERNAL;
 void segment_orphan(struct segment *segment) INTERNAL;
@@ -706,6 +709,15 @@ bool purge_everything(size_t pad) INTERNAL;
 /* At most one thread heap (the exit heap aside) grew in the retain bound's last
  * window: the bound and the segment cache keep what the recent peak used. */
 bool retain_one_growing_heap(void) INTERNAL;
+/* The refault hold (purge.c): refaults cost past refault_percent of the CPU
+ * time lately. While it lasts the retain bound is off, and the segment cache
+ * keeps what a thread's own frees empty. */
+extern _Atomic uint32_t g_refault_hold_until_ms INTERNAL; /* 0: none */
+static inline bool refault_hold(uint32_t now) {
+    /* relaxed: a hint; a stale value moves one decision */
+    uint32_t until = atomic_load_explicit(&g_refault_hold_until_ms, memory_order_relaxed);
+    return until != 0 && (int32_t)(until - now) > 0;
+}
 void purge_atfork_child(void) INTERNAL;
 
 /* ---- free.c / alloc.c ---- */

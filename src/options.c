@@ -12,11 +12,12 @@
 #include "../include/tidemalloc.h"
 #include "internal.h"
 
-#define DEFAULT_MMAP_THRESHOLD ((size_t)128 << 10)
-#define DEFAULT_TRIM_THRESHOLD ((size_t)128 << 10)
-#define DEFAULT_MMAP_MAX       65536
-#define DEFAULT_PURGE_DELAY_MS 1000
-#define DEFAULT_RETAIN_PERCENT 33
+#define DEFAULT_MMAP_THRESHOLD  ((size_t)128 << 10)
+#define DEFAULT_TRIM_THRESHOLD  ((size_t)128 << 10)
+#define DEFAULT_MMAP_MAX        65536
+#define DEFAULT_PURGE_DELAY_MS  1000
+#define DEFAULT_RETAIN_PERCENT  33
+#define DEFAULT_REFAULT_PERCENT 12
 
 struct options g_options = {
     .trim_threshold = DEFAULT_TRIM_THRESHOLD,
@@ -31,6 +32,7 @@ struct options g_options = {
     .print_stats = false,
     .purge_delay_ms = DEFAULT_PURGE_DELAY_MS,
     .retain_percent = DEFAULT_RETAIN_PERCENT,
+    .refault_percent = DEFAULT_REFAULT_PERCENT,
     .perturb = 0,
     .check_action = 0,
 };
@@ -146,6 +148,10 @@ RARE static int set_option(int param, long value) {
         if (value < 0 || value > 10000) return 0;
         OPTION_SET(retain_percent, (uint32_t)value);
         return 1;
+    case M_REFAULT_PERCENT:
+        if (value < 0 || value > 100) return 0;
+        OPTION_SET(refault_percent, (uint32_t)value);
+        return 1;
     default:
         return 1; /* glibc accepts unknown parameters */
     }
@@ -226,6 +232,7 @@ static const struct tunable tunables[] = {
     {"TIDEMALLOC_RETAIN_PERCENT", NULL, M_RETAIN_PERCENT, ANY_SIZE},
     {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE, ANY_SIZE},
     {"TIDEMALLOC_POPULATE", NULL, M_POPULATE, ANY_SIZE},
+    {"TIDEMALLOC_REFAULT_PERCENT", NULL, M_REFAULT_PERCENT, ANY_SIZE},
 };
 
 RARE static void apply(const struct tunable *t, const char *value, size_t length) {

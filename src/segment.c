@@ -386,7 +386,8 @@ void segment_page_free(struct heap *heap, struct page *page) {
      * on four threads' empty segments, one in each of four chunks). */
     if (segment->used_pages == 0 &&
         (heap->segments_avail != segment || segment->next != NULL || segment->lent))
-        segment_release_empty(heap, segment);
+        /* the exit heap's pages are every thread's (shared classes) */
+        segment_release_empty(heap, segment, heap->id != EXIT_HEAP_ID);
 }
 
 /* Fork child: an empty page that a thread the child lacks had cached. Its

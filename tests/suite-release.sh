@@ -152,6 +152,12 @@ run cycles-two-growing-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles two-g
 # The bound off: the delay alone, with several heaps too.
 run cycles-two-growing-bound-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 \
   -- rel_cycles two-growing-delay
+# A collector thread frees what two workers made, over and over: once the
+# faults that our releases explain pass 12% of the CPU time, the bound and
+# the segment cache hold the memory (the refault hold); the control turns the
+# hold off, and the memory keeps going back and faulting in again.
+run refault-hold -- rel_refault_hold hold
+run refault-hold-off-control TIDEMALLOC_REFAULT_PERCENT=0 -- rel_refault_hold control
 
 # e. An idle process gets its memory back; the switch turns that off. The
 # switch's check runs with the retain bound off: the bound may give back part
