@@ -385,37 +385,48 @@ static uint32_t pressure_min_age_ms(void) {
  * mstress (a fifth less peak RSS), but a garbage collector's bulk frees
  * (`patterns collector`: a thread frees everything the workers made, and
  * they make it again) had each collection's memory go back and fault in
- * again: 490k faults and 2.3 times tcmalloc's CPU time. So the bound's
- * passes, at most one per REFAULT_WINDOW_MS, first read the kernel's count of
- * minor faults and the process's CPU time: when, with several heaps growing,
- * the faults that our own releases of the window and the one before could
- * explain (the smaller of the two counts), at REFAULT_COST_NS each, took
- * more than refault_percent of the CPU time, the memory was wanted back
- * as soon as it went: for a purge delay the bound is off, and the segment
- * cache keeps every segment a thread's own frees empty; the delay still
- * releases what stays unused. The collector then takes 0.64 of the time and
- * 15% more peak RSS (each worker's heap keeps its own share; the recent
- * crest as the bound's basis instead measured even, and cost `threadwave
- * 1000 4` 25% more peak RSS). mstress faults at most 6% of its CPU time's
- * worth in a window, mostly fresh memory, the collector 30-40%, threadwave
- * 31% (held: 0.93 of the time, even RSS). A window of 10 ms sees a
- * collection's releases before the workers have faulted it all back (with
- * 100 ms the first one of a JVM's went whole). Purge lock held. */
+ * again: 498k faults and 2.4 times tcmalloc's CPU time. So, with several
+ * heaps growing and memory retained past the trim threshold, a sample at
+ * most every REFAULT_WINDOW_MS (once REFAULT_SAMPLE_BYTES more went back)
+ * reads the kernel's count of minor faults and the process's CPU time. The
+ * window's refaults are the smaller of its faults and the pages released in
+ * it and the window before (a window that only gave back, a collection
+ * freeing while its owners wait, keeps what went before it owed too). When
+ * they, at REFAULT_COST_NS each, took more than refault_percent of the CPU
+ * time, the memory was wanted back as soon as it went: for a purge delay
+ * the bound is off and the segment cache keeps every segment a thread's
+ * own frees empty; the delay still releases what stays unused. The
+ * collector then takes 0.68 of the time, for 16% more peak RSS (each
+ * worker's heap keeps its own share). By window, mstress spends at most
+ * 4-6% of its CPU time so (mostly fresh memory), larson 8 20 11%,
+ * threadwave 1000 4 20% (held: 0.93 of the time, the same RSS), the
+ * collector 24-40%. docs/benchmark-history.md, sixty-eighth session: the
+ * forms not kept. Purge lock held. */
 #define REFAULT_COST_NS   1000 /* a first-touch fault here: 1.7-2.0 us (hostprobe) */
 #define REFAULT_WINDOW_MS 10
 _Atomic uint32_t g_refault_hold_until_ms;   /* 0: no hold */
 static _Atomic uint32_t refault_sampled_ms; /* the last sample's time */
+/* The next sample waits for bytes_released to reach this: REFAULT_SAMPLE_BYTES
+ * more than at the last one, or none while pages are still owed (0). */
+#define REFAULT_SAMPLE_BYTES ((uint64_t)16 << 20)
+static _Atomic uint64_t refault_sample_bytes = REFAULT_SAMPLE_BYTES;
 static struct {
     uint64_t faults, cpu_us;        /* the kernel's minor faults, the CPU time */
     uint64_t released_pages;        /* bytes_released / 4 KiB */
     uint64_t released_pages_before; /* in the window that ended then (and before) */
 } refault_last;                     /* purge lock */
 /* Takes a sample; rare code (internal.h): only programs whose several
- * threads' heaps grow, and that gave memory back, run it. */
+ * threads' heaps grow, and that gave 16 MiB back, run it. */
 RARE static NOINLINE void refault_sample(uint32_t now) {
     struct rusage usage;
     if (!spin_try_lock(&g_purge_lock)) return;
-    /* relaxed: rate limiting only */
+    /* relaxed: rate limiting; checked again under the lock, so that a
+     * thread that read the time before another's sample takes none */
+    if ((uint32_t)(now - atomic_load_explicit(&refault_sampled_ms, memory_order_relaxed)) <
+        REFAULT_WINDOW_MS) {
+        spin_unlock(&g_purge_lock);
+        return;
+    }
     atomic_store_explicit(&refault_sampled_ms, now, memory_order_relaxed);
     raw_syscall6(SYS_getrusage, RUSAGE_SELF, (long)&usage, 0, 0, 0, 0); /* cannot fail */
     bool first = refault_last.cpu_us == 0;
@@ -431,6 +442,12 @@ RARE static NOINLINE void refault_sample(uint32_t now) {
     /* A window that only gave back (a collection freeing, its owners
      * waiting) keeps what went before it owed too. */
     refault_last.released_pages_before = faults * 16 < released ? recently : released;
+    /* relaxed: a trigger */
+    atomic_store_explicit(&refault_sample_bytes,
+                          refault_last.released_pages_before >= REFAULT_SAMPLE_BYTES >> 12
+                              ? 0
+                              : (refault_last.released_pages << 12) + REFAULT_SAMPLE_BYTES,
+                          memory_order_relaxed);
     spin_unlock(&g_purge_lock);
     if (faults > recently) faults = recently;
     /* relaxed: a tunable. The first sample has no window; a fork child's
@@ -461,7 +478,8 @@ void purge_after_free(void) {
     /* relaxed: rate limiting only, as below */
     if ((uint32_t)(now - atomic_load_explicit(&refault_sampled_ms, memory_order_relaxed)) >=
             REFAULT_WINDOW_MS &&
-        atomic_load_explicit(&g_os.bytes_released, memory_order_relaxed) != 0 &&
+        atomic_load_explicit(&g_os.bytes_released, memory_order_relaxed) >=
+            atomic_load_explicit(&refault_sample_bytes, memory_order_relaxed) &&
         !retain_one_growing_heap())
         refault_sample(now);
     /* relaxed: rate limiting only, as below */
