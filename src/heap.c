@@ -25,6 +25,7 @@ struct heap *g_heaps;                   /* live heaps (heaps lock) */
 static struct heap *heap_free_list;     /* recycled heap structures (heaps lock) */
 static char *heap_pool, *heap_pool_end; /* carving area for new ones (heaps lock) */
 _Atomic uint64_t g_heap_count;
+_Atomic uint64_t g_heap_exits;
 static pthread_key_t heap_key;
 static _Atomic int heap_key_ready;
 

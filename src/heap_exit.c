@@ -136,6 +136,7 @@ COLD void heap_thread_exit(void *arg) {
     arena_disown(heap, true); /* its arena chunk is for any thread now */
     heap_retire(heap);
     atomic_fetch_sub_explicit(&g_heap_count, 1, memory_order_relaxed); /* statistic */
+    atomic_fetch_add_explicit(&g_heap_exits, 1, memory_order_relaxed); /* a hint: purge.c */
     purge_after_free();
     errno = saved;
 }

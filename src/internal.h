@@ -513,6 +513,7 @@ extern struct page g_empty_page INTERNAL;
 extern struct spin_lock g_heaps_lock INTERNAL;
 extern struct heap *g_heaps INTERNAL;
 extern _Atomic uint64_t g_heap_count INTERNAL;
+extern _Atomic uint64_t g_heap_exits INTERNAL; /* threads that exited (with a heap) */
 void *heap_malloc_slow(struct heap *heap, size_t size) INTERNAL;
 /* malloc's fast path found class cls dry (cls 0: the generic path) */
 void *heap_malloc_refill(size_t size, struct heap *heap, size_t cls) INTERNAL;

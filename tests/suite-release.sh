@@ -148,7 +148,9 @@ run retain-bound-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound o
 # the current use (the control).
 run cycles-single TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles single
 run cycles-idle-helper TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles idle-helper
-run cycles-two-growing-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_cycles two-growing
+# (the refault hold off: it may keep the troughs, see refault-hold below)
+run cycles-two-growing-control TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_REFAULT_PERCENT=0 \
+  -- rel_cycles two-growing
 # The bound off: the delay alone, with several heaps too.
 run cycles-two-growing-bound-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 \
   -- rel_cycles two-growing-delay

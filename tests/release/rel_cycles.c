@@ -36,8 +36,6 @@
  * control 6-30 ms) skips the test, since a window that holds no crest
  * counts no heap growing. */
 #include <pthread.h>
-#include <sys/resource.h>
-#include <time.h>
 
 #include "release.h"
 
@@ -61,18 +59,6 @@ static void *holder(void *unused) {
     pthread_mutex_unlock(&gate);
     free(p);
     return NULL;
-}
-
-static long minor_faults(void) {
-    struct rusage usage;
-    getrusage(RUSAGE_SELF, &usage);
-    return usage.ru_minflt;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 static void round_range(int r, size_t from, size_t step) {
@@ -136,19 +122,19 @@ int main(int argc, char **argv) {
                   "pthread_barrier_init failed");
         REL_CHECK(pthread_create(&thread, NULL, grower, NULL) == 0, "pthread_create failed");
     }
-    long faults0 = minor_faults();
+    long faults0 = rel_minor_faults();
     round_run(0);
-    long first_faults = minor_faults() - faults0;
+    long first_faults = rel_minor_faults() - faults0;
     struct tidemalloc_stats before = rel_stats();
-    long faults1 = minor_faults();
+    long faults1 = rel_minor_faults();
     double slowest = 0;
     for (int r = 1; r < ROUNDS; r++) {
-        double t0 = now_s();
+        double t0 = rel_now_s();
         round_run(r);
-        double took = now_s() - t0;
+        double took = rel_now_s() - t0;
         if (took > slowest) slowest = took;
     }
-    long later_faults = minor_faults() - faults1;
+    long later_faults = rel_minor_faults() - faults1;
     struct tidemalloc_stats after = rel_stats();
     uint64_t release_calls = rel_release_calls(&after) - rel_release_calls(&before);
     REL_FIGURES("mode=%s first_round_faults=%ld later_faults=%ld later_release_calls=%llu "

@@ -23,8 +23,6 @@
 #include <malloc.h>
 #include <pthread.h>
 #include <stdbool.h>
-#include <sys/resource.h>
-#include <time.h>
 
 #include "release.h"
 
@@ -42,24 +40,11 @@ static size_t made_count, made_capacity, made_bytes;
 static int collections;
 static bool stop;
 
-static long minor_faults(void) {
-    struct rusage usage;
-    getrusage(RUSAGE_SELF, &usage);
-    return usage.ru_minflt;
-}
-
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
-}
-
 static void *worker(void *arg) {
-    uint64_t seed = 0x9e3779b97f4a7c15ull * ((uintptr_t)arg + 1);
+    uint64_t seed = 0x9e3779b97f4a7c15ull * ((uintptr_t)arg + 1); /* xorshift: not 0 */
     pthread_mutex_lock(&lock);
     while (!stop) {
-        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-        size_t size = 1 + (size_t)(seed >> 33) % MAX_BYTES;
+        size_t size = 1 + (size_t)(rel_rand(&seed) >> 33) % MAX_BYTES;
         while (!stop && made_bytes + size > (size_t)LIMIT_MIB << 20) {
             int seen = collections;
             pthread_cond_signal(&wanted);
@@ -101,8 +86,8 @@ int main(int argc, char **argv) {
         REL_CHECK(pthread_create(&threads[w], NULL, worker, (void *)(uintptr_t)w) == 0,
                   "pthread_create failed");
     /* this thread is the collector */
-    long faults[COLLECTIONS], faults_mark = minor_faults();
-    double slowest = 0, mark = now_s();
+    long faults[COLLECTIONS], faults_mark = rel_minor_faults();
+    double slowest = 0, mark = rel_now_s();
     pthread_mutex_lock(&lock);
     while (collections < COLLECTIONS) {
         if (made_bytes + MAX_BYTES <= (size_t)LIMIT_MIB << 20) {
@@ -120,8 +105,8 @@ int main(int argc, char **argv) {
             free(p);
         }
         free(blocks);
-        long faults_now = minor_faults();
-        double now = now_s();
+        long faults_now = rel_minor_faults();
+        double now = rel_now_s();
         pthread_mutex_lock(&lock);
         faults[collections] = faults_now - faults_mark;
         if (now - mark > slowest) slowest = now - mark;

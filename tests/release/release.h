@@ -21,6 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "tidemalloc.h"
@@ -117,6 +119,20 @@ static inline double rel_mib(size_t bytes) {
 /* Signed difference in MiB, for messages. */
 static inline double rel_dmib(size_t a, size_t b) {
     return a >= b ? rel_mib(a - b) : -rel_mib(b - a);
+}
+
+/* The process's minor page faults so far (all threads'). */
+static inline long rel_minor_faults(void) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    return usage.ru_minflt;
+}
+
+/* The monotonic clock in seconds. */
+static inline double rel_now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
 }
 
 /* xorshift64*, deterministic. */
