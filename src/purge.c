@@ -398,9 +398,9 @@ static uint32_t pressure_min_age_ms(void) {
  * own frees empty; the delay still releases what stays unused. The
  * collector then takes 0.68 of the time, for 16% more peak RSS (each
  * worker's heap keeps its own share). By window, mstress spends at most
- * 4-6% of its CPU time so (mostly fresh memory), larson 8 20 11%,
- * threadwave 1000 4 20% (held: 0.93 of the time, the same RSS), the
- * collector 24-40%. docs/benchmark-history.md, sixty-eighth session: the
+ * 4-6% of its CPU time so (mostly fresh memory), larson 8 20 11%, the
+ * collector 24-40%; threadwave 1000 4 20%, but a window in which a thread
+ * exited starts no hold (below). docs/benchmark-history.md, sixty-eighth session: the
  * forms not kept. Purge lock held. */
 #define REFAULT_COST_NS   1000 /* a first-touch fault here: 1.7-2.0 us (hostprobe) */
 #define REFAULT_WINDOW_MS 10
