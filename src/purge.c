@@ -380,9 +380,9 @@ static uint32_t pressure_min_age_ms(void) {
     return age < PRESSURE_MAX_AGE_MS ? (uint32_t)age : PRESSURE_MAX_AGE_MS;
 }
 
-/* The refault hold. With several heaps growing, the bound counts the current
- * use and the segment cache keeps 16 empty segments resident: right for
- * mstress (a fifth less peak RSS), but a garbage collector's bulk frees
+/* The refault hold. With several heaps growing, the bound counts the
+ * current use and the segment cache keeps 16 empty segments resident: right
+ * for mstress (a fifth less peak RSS), but a garbage collector's bulk frees
  * (`patterns collector`: a thread frees everything the workers made, and
  * they make it again) had each collection's memory go back and fault in
  * again: 498k faults and 2.4 times tcmalloc's CPU time. So, with several
@@ -394,16 +394,19 @@ static uint32_t pressure_min_age_ms(void) {
  * freeing while its owners wait, keeps what went before it owed too). When
  * they, at REFAULT_COST_NS each, took more than refault_percent of the CPU
  * time, the memory was wanted back as soon as it went: for a purge delay
- * the bound is off and the segment cache keeps every segment a thread's
- * own frees empty; the delay still releases what stays unused. The
- * collector then takes 0.68 of the time, for 16% more peak RSS (each
- * worker's heap keeps its own share). By window, mstress spends at most
- * 4-6% of its CPU time so (mostly fresh memory), larson 8 20 11%, the
- * collector 24-40%; threadwave 1000 4 20%, but a window in which a thread
- * exited starts no hold (below). docs/benchmark-history.md, sixty-eighth session: the
- * forms not kept. Purge lock held. */
-#define REFAULT_COST_NS   1000 /* a first-touch fault here: 1.7-2.0 us (hostprobe) */
-#define REFAULT_WINDOW_MS 10
+ * (at most REFAULT_HOLD_MAX_MS) the bound is off and the segment cache
+ * keeps every segment a thread's own frees empty; the delay still releases
+ * what stays unused. The collector then takes 0.68 of the time, for 16%
+ * more peak RSS (each worker's heap keeps its own share). By window,
+ * mstress spends at most 4-6% of its CPU time so (mostly fresh memory),
+ * larson 8 20 11%, the collector 24-40%; threadwave 1000 4 20%, but a
+ * window in which a thread exited starts no hold (below).
+ * docs/benchmark-history.md, sixty-eighth session: the forms not kept.
+ * Purge lock held.
+ */
+#define REFAULT_COST_NS     1000 /* a first-touch fault here: 1.7-2.0 us (hostprobe) */
+#define REFAULT_WINDOW_MS   10
+#define REFAULT_HOLD_MAX_MS 1000
 _Atomic uint32_t g_refault_hold_until_ms;   /* 0: no hold */
 static _Atomic uint32_t refault_sampled_ms; /* the last sample's time */
 /* The next sample waits for bytes_released to reach this: REFAULT_SAMPLE_BYTES
@@ -462,7 +465,10 @@ RARE static NOINLINE void refault_sample(uint32_t now) {
     uint64_t percent = OPTION(refault_percent);
     if (!first && !threads_exited && cpu_us < (uint64_t)1 << 40 &&
         faults * REFAULT_COST_NS * 100 > cpu_us * 1000u * percent && percent != 0) {
-        uint32_t until = now + OPTION(purge_delay_ms);
+        /* a purge delay, at most a second: a longer delay would keep the
+         * bound off long after the refaults stop */
+        uint32_t span = OPTION(purge_delay_ms);
+        uint32_t until = now + (span < REFAULT_HOLD_MAX_MS ? span : REFAULT_HOLD_MAX_MS);
         /* relaxed: a hint, read by the release rules */
         atomic_store_explicit(&g_refault_hold_until_ms, until ? until : 1, memory_order_relaxed);
     }
