@@ -416,7 +416,6 @@ static _Atomic uint64_t refault_sample_bytes = REFAULT_SAMPLE_BYTES;
 /* The sampler's own state: in the large-data section (internal.h,
  * LARGE_BSS), so that programs that never sample keep .bss on one page. */
 LARGE_BSS static struct {
-    uint64_t heap_exits;                        /* g_heap_exits */
     uint32_t exit_seen_ms;                      /* when a sample last saw it move */
     uint64_t faults, cpu_us;                    /* the kernel's minor faults, the CPU time */
     uint64_t released_pages;                    /* bytes_released / 4 KiB */
@@ -460,9 +459,9 @@ RARE static NOINLINE void refault_sample(uint32_t now) {
      * 1000 4`, whose waves have windows without an exit: 141-293 MiB
      * against 142). No hold within REFAULT_HOLD_MAX_MS of an exit seen. */
     uint64_t exits = atomic_load_explicit(&g_heap_exits, memory_order_relaxed);
-    if (exits != refault_last.heap_exits) refault_last.exit_seen_ms = now;
+    if (exits != atomic_load_explicit(&refault_exits_seen, memory_order_relaxed))
+        refault_last.exit_seen_ms = now;
     bool threads_exited = now - refault_last.exit_seen_ms < REFAULT_HOLD_MAX_MS;
-    refault_last.heap_exits = exits;
     atomic_store_explicit(&refault_exits_seen, exits, memory_order_relaxed);
     uint64_t faults = (uint64_t)usage.ru_minflt - refault_last.faults;
     uint64_t cpu_us = os_process_cpu_us() - refault_last.cpu_us;
