@@ -61,7 +61,7 @@ lib: $(LIB_SO) $(LIB_A)
 # run once a thread; these files share one copy of the spin lock's lock and
 # unlock (src/lock.h), 1 KiB less code (forty-ninth session).
 COLD_SRCS := arena arena_release fork format heap_exit huge init lock options os page_cache purge segment_release \
-             size_class stats segment segment_lifecycle check shared_class
+             size_class stats segment segment_lifecycle check shared_class fitted_class
 
 # The Makefile too: a change of flags rebuilds (make lib-nochecks kept objects
 # built with the flags before it).

@@ -20,6 +20,8 @@ extern "C" {
 #define M_BATCHED_RELEASE    (-103) /* 1 (default): release ranges with one process_madvise */
 #define M_POPULATE           (-104) /* 1 (default): realloc populates the pages its copy writes */
 #define M_REFAULT_PERCENT    (-105) /* % of CPU time refaults may take before the bound pauses */
+#define M_FITTED_CLASSES                                                                           \
+    (-106) /* 1 (default): a class over 1 KiB may get one fitted to its sizes */
 
 /* Counters kept since the process started. Syscall counts are those the
  * allocator itself made. */

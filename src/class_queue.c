@@ -48,7 +48,7 @@ void queue_insert_tail(struct page **head, struct page *page) {
     *head = page->next; /* the old head stays first; page is now last */
 }
 
-void queue_remove(struct page **head, struct page *page, struct page *empty) {
+UNPADDED void queue_remove(struct page **head, struct page *page, struct page *empty) {
     if (page->next == page) {
         *head = empty;
     } else {
@@ -61,13 +61,13 @@ void queue_remove(struct page **head, struct page *page, struct page *empty) {
 
 /* Full lists (heap->pages_full): pages out of their class queue because a
  * search met them dry and carved whole (heap_find_page). */
-void full_list_remove(struct heap *heap, struct page *page) {
+UNPADDED void full_list_remove(struct heap *heap, struct page *page) {
     queue_remove(&heap->pages_full[page->class_index], page, NULL);
     page->flags &= ~PAGE_IN_FULL;
 }
 /* Whether a full page can serve again: blocks came back (collected here if
  * it is still dry) or room to carve (a reclaimed page, reset). */
-bool full_page_refilled(struct page *page) {
+UNPADDED bool full_page_refilled(struct page *page) {
     if (page_list_empty(page)) page_collect_remote(page);
     return !page_list_empty(page) || page->capacity < page->reserved;
 }
@@ -96,12 +96,12 @@ COLD static struct page *heap_new_class_page(struct heap *heap, unsigned cls) {
         if (heap->pages_direct[cls] != &g_empty_page) return heap_find_page(heap, cls);
     }
     bool reusable = false;
-    unsigned slices = g_class_slices[heap->frees_others][cls];
+    unsigned slices = class_page_slices(heap->frees_others, cls);
     struct page *page = page_cache_take(heap, cls, slices, &reusable);
     if (page == NULL) page = segment_page_alloc(heap, slices, cls);
     if (page == NULL) return NULL;
     if (!reusable) {
-        page_init(page, cls, g_class_size[cls]);
+        page_init(page, cls, class_block_size(cls));
         heap_page_extend(heap, page);
     }
     heap->pages_allocated[cls]++;

@@ -15,7 +15,7 @@ struct block g_list_end;
  * alone (the refill's look at the next page finds the head) */
 struct page g_empty_page = {.free = CHECKS_ON ? &g_list_end : NULL, .next = &g_empty_page};
 struct heap g_empty_heap = {
-    .pages_direct = {[0 ... SMALL_CLASS_COUNT - 1] = &g_empty_page},
+    .pages_direct = {[0 ... CLASS_COUNT - 1] = &g_empty_page},
     .id = UINT64_MAX, /* no segment is ever owned by it */
 };
 __thread struct heap *t_heap __attribute__((tls_model("initial-exec"))) = &g_empty_heap;
@@ -87,7 +87,7 @@ static struct heap *heap_struct_alloc(void) {
  * heap off the live list goes to the recycle list, which heap_struct_alloc
  * clears it from. Heap structures are never unmapped: a late free of the old
  * owner's large block may still set its flag. */
-void heap_struct_recycle(struct heap *heap) {
+UNPADDED void heap_struct_recycle(struct heap *heap) {
     heap->next_heap = heap_free_list;
     heap_free_list = heap;
 }
@@ -147,7 +147,7 @@ static inline unsigned heap_class_of(const struct heap *heap, size_t size) {
 COLD struct heap *heap_create(uint64_t id, bool may_be_young) {
     struct heap *heap = heap_struct_alloc();
     if (heap == NULL) return NULL;
-    for (unsigned i = 0; i < SMALL_CLASS_COUNT; i++)
+    for (unsigned i = 0; i < CLASS_COUNT; i++)
         heap->pages_direct[i] = &g_empty_page;
     heap->id = id;
     heap->collect_countdown = COLLECT_INTERVAL;
@@ -221,7 +221,7 @@ COLD uint32_t heap_collect(struct heap *heap, bool exiting) {
     heap_large_pages_collect(heap, &visited);
     /* Full pages first: freed if empty, else back to the queue if blocks
      * came back, where the walk below sees them. */
-    for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
+    for (unsigned cls = 0; cls < CLASS_COUNT; cls++) {
         struct page **full = &heap->pages_full[cls];
         if (*full == NULL) continue;
         struct page *last = (*full)->prev, *page = *full;
@@ -241,7 +241,7 @@ COLD uint32_t heap_collect(struct heap *heap, bool exiting) {
             page = next;
         }
     }
-    for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
+    for (unsigned cls = 0; cls < CLASS_COUNT; cls++) {
         struct page **head = &heap->pages_direct[cls];
         if (*head == &g_empty_page) continue;
         /* One walk, the head last: removing the pages before it leaves the
@@ -303,7 +303,7 @@ void *heap_malloc_class(struct heap *heap, unsigned cls) {
     /* checked mode's blocks stay in their heap: its frees take their own
      * path. The shared classes: malloc's refill pops the thread's cache. */
     if (cls >= SHARED_CLASS_FIRST && heap->id != EXIT_HEAP_ID && !OPTION(checked))
-        return heap_malloc_refill(g_class_size[cls], heap, cls);
+        return heap_malloc_refill(shared_class_size(cls), heap, cls);
     struct page *page = heap->pages_direct[cls];
     if (page_list_empty(page)) {
         page = heap_find_page(heap, cls);
@@ -399,7 +399,7 @@ WARM bool heap_large_grow(void *p, size_t size) {
 
 /* realloc of a large block by its owner to a smaller one that still needs
  * slices: the slices past it go back to the segment instead of a copy. */
-bool heap_large_shrink(void *p, size_t size) {
+UNPADDED bool heap_large_shrink(void *p, size_t size) {
     struct segment *segment = segment_of(p);
     struct page *page = page_of(segment, p);
     if (page->class_index != LARGE_CLASS || size <= SMALL_MAX || OPTION(checked)) return false;
@@ -413,7 +413,7 @@ bool heap_large_shrink(void *p, size_t size) {
     return true;
 }
 
-static bool wants_direct_map(size_t size) {
+UNPADDED static bool wants_direct_map(size_t size) {
     return size >= OPTION(mmap_threshold) &&
            /* 0 or less: never, as in glibc */
            OPTION(mmap_max) > 0 &&
@@ -438,12 +438,12 @@ static inline __attribute__((always_inline)) void heap_slow_path_note(struct hea
 /* The shared heap (its lock held) counts each cache's give-back as a slow
  * path: its periodic collect gives back the pages whose blocks all came
  * back on their thread_free lists. */
-void heap_shared_slow_path_note(struct heap *heap) {
+UNPADDED void heap_shared_slow_path_note(struct heap *heap) {
     heap_slow_path_note(heap);
 }
 
 /* Every allocation that the inline fast path could not serve. */
-void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
+UNPADDED void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) {
     if (unlikely(heap == &g_empty_heap)) {
         if (unlikely(t_heap_exited)) return exit_heap_malloc(0, size, is_zero);
         heap = heap_for_thread();
@@ -486,7 +486,10 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
  * path's own pop of it does. */
 void *heap_malloc_refill(size_t size, struct heap *heap, size_t cls) {
     if (unlikely(cls == 0 || heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
-    if (cls >= SHARED_CLASS_FIRST) return shared_class_pop(heap, (unsigned)cls);
+    if (cls >= SHARED_CLASS_FIRST) {
+        if (unlikely(fitted_class_active(cls))) return fitted_class_malloc(size, heap, cls);
+        return shared_class_pop(heap, (unsigned)cls);
+    }
     heap_slow_path_note(heap);
     /* What heap_find_page's search finds at its second step, most of the
      * time (larson: 84% of the searches), found without its frame: the head

@@ -76,7 +76,7 @@ static void exit_trim_add(struct page *page, void *arg) {
  * lists, of the classes from `first` on (the owner, or the lock holder). */
 void heap_each_class_page(struct heap *heap, unsigned first,
                           void (*visit)(struct page *page, void *arg), void *arg) {
-    for (unsigned cls = first; cls < SMALL_CLASS_COUNT; cls++) {
+    for (unsigned cls = first; cls < CLASS_COUNT; cls++) {
         struct page *lists[2] = {heap->pages_direct[cls], heap->pages_full[cls]};
         for (int l = 0; l < 2; l++) {
             if (lists[l] == NULL || lists[l] == &g_empty_page) continue;

@@ -63,6 +63,12 @@
  * (churn 1-3% slower, forty-third session); free was aligned by chance. The
  * remote free and the refill, aligned too, measured even: left as laid out. */
 #define LINE_ALIGNED __attribute__((aligned(64)))
+/* Slow paths in the files built for speed start where the code before them
+ * ends, not on 16 bytes (gcc's default there): the padding was 460 bytes of
+ * the 7 pages of code that every program maps, which the fitted classes
+ * needed (size_class.c; the sixty-ninth session). Files built for size
+ * are not padded anyway. */
+#define UNPADDED __attribute__((aligned(1)))
 
 /* Public names. A sanitizer test build defines TIDEMALLOC_PREFIX to get
  * tm_malloc, tm_free... that interpose nothing (tests/sanitize/). */
@@ -101,6 +107,8 @@ struct options {
     bool populate;            /* realloc's copy populates the untouched pages it will
                                  write (os_populate); cleared when the kernel refuses */
     bool print_stats;         /* TIDEMALLOC_STATS=1: summary at exit */
+    bool fitted_classes;      /* classes over 1 KiB may get a class fitted to the
+                                 sizes asked of them (size_class.c); 0: no more */
     uint32_t purge_delay_ms;  /* how long free memory stays before release */
     uint32_t retain_percent;  /* free slices kept past the threshold: % of in use (0: off) */
     uint32_t refault_percent; /* % of CPU time refaults may take before the retain bound
@@ -247,6 +255,55 @@ unsigned class_young(unsigned cls) INTERNAL;
 extern const uint32_t g_class_size[SMALL_CLASS_COUNT] INTERNAL;
 /* [heap->frees_others][cls]: slices per page of the class */
 extern const uint8_t g_class_slices[2][SMALL_CLASS_COUNT] INTERNAL;
+/* The block sizes of the shared classes (SHARED_CLASS_FIRST on), the fitted
+ * ones (size_class.c) included, by cls - SHARED_CLASS_FIRST: the fixed
+ * classes' as in g_class_size, a fitted class's 0 until it is set, once.
+ * One table, so that the shared classes' paths read a size with no test of
+ * which kind of class it is. */
+#define FITTED_CLASS_FIRST SMALL_CLASS_COUNT
+extern uint16_t g_shared_class_size[SHARED_CLASS_COUNT] INTERNAL;
+static inline uint32_t shared_class_size(unsigned cls) {
+    /* Plain reads: a fixed class's entry never changes, and a fitted one is
+     * written once, before the release store of its slot, which a thread
+     * that uses the class read with acquire (fitted_class_route) or got one
+     * of its blocks from a thread that did: no reader races the store. */
+    return g_shared_class_size[cls - SHARED_CLASS_FIRST];
+}
+static inline uint32_t class_block_size(unsigned cls) {
+    return cls < SHARED_CLASS_FIRST ? g_class_size[cls] : shared_class_size(cls);
+}
+/* g_fitted_slot_of[cls - SHARED_CLASS_FIRST] for fixed shared class cls: 0,
+ * FITTED_SAMPLING while its mallocs are sampled, or 1 + the slot whose
+ * fitted class (FITTED_CLASS_FIRST + slot) serves its sizes up to that
+ * class's block size (set once, with release, after that size). */
+#define FITTED_SAMPLING 0xff
+extern _Atomic uint8_t g_fitted_slot_of[SMALL_CLASS_COUNT - SHARED_CLASS_FIRST] INTERNAL;
+/* heap_malloc_refill's for a shared class cls whose slot is not 0: the
+ * sample, or the fitted class, then the pop (rare code: only programs that
+ * refill these classes often run it). */
+void *fitted_class_malloc(size_t size, struct heap *heap, size_t cls) INTERNAL;
+static inline bool fitted_class_active(size_t cls) {
+    /* relaxed: a hint; fitted_class_malloc reads it again with acquire, and
+     * a stale 0 routes one malloc to the fixed class, which fits it too */
+    return atomic_load_explicit(&g_fitted_slot_of[cls - SHARED_CLASS_FIRST],
+                                memory_order_relaxed) != 0;
+}
+/* Refills of the shared classes from the shared heap's pages (its lock):
+ * every FITTED_START of them, the fixed classes with no fitted class have
+ * their mallocs sampled again (fitted_class_sampling). */
+#define FITTED_START 4096
+extern uint32_t g_fitted_refills INTERNAL;
+void fitted_class_sampling(void) INTERNAL; /* exit heap lock held */
+static inline void fitted_class_note(void) {
+    if (unlikely(++g_fitted_refills == FITTED_START)) fitted_class_sampling();
+}
+unsigned fitted_class_slices(unsigned cls) INTERNAL; /* a fitted class's slices a page */
+/* Slices per page of a class: a fitted class's are its fixed class's. */
+static inline unsigned class_page_slices(unsigned frees_others, unsigned cls) {
+    if (unlikely(cls >= FITTED_CLASS_FIRST)) return fitted_class_slices(cls);
+    return g_class_slices[frees_others][cls];
+}
+
 /* The first class from cls up whose block size is a multiple of `alignment`
  * (a power of two), SMALL_CLASS_COUNT if none: its blocks are aligned to it,
  * since a class page starts on a slice and its slack before block 0 is a
@@ -619,7 +676,7 @@ static inline void *shared_class_pop(struct heap *heap, unsigned cls) {
     if (unlikely(cache->count == 0)) return shared_class_refill(heap, cls);
     struct block *b = cache->head;
     cache->head = --cache->count > 0 ? shared_cache_link_get(b) : NULL;
-    caches->bytes -= g_class_size[cls];
+    caches->bytes -= shared_class_size(cls);
     block_free_mark_clear(b);
     return b;
 }

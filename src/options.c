@@ -30,6 +30,7 @@ struct options g_options = {
     .batched_release = true,
     .populate = true,
     .print_stats = false,
+    .fitted_classes = true,
     .purge_delay_ms = DEFAULT_PURGE_DELAY_MS,
     .retain_percent = DEFAULT_RETAIN_PERCENT,
     .refault_percent = DEFAULT_REFAULT_PERCENT,
@@ -152,6 +153,10 @@ RARE static int set_option(int param, long value) {
         if (value < 0 || value > 100) return 0;
         OPTION_SET(refault_percent, (uint32_t)value);
         return 1;
+    case M_FITTED_CLASSES:
+        if (value != 0 && value != 1) return 0;
+        OPTION_SET(fitted_classes, value == 1);
+        return 1;
     default:
         return 1; /* glibc accepts unknown parameters */
     }
@@ -233,6 +238,7 @@ static const struct tunable tunables[] = {
     {"TIDEMALLOC_BATCHED_RELEASE", NULL, M_BATCHED_RELEASE, ANY_SIZE},
     {"TIDEMALLOC_POPULATE", NULL, M_POPULATE, ANY_SIZE},
     {"TIDEMALLOC_REFAULT_PERCENT", NULL, M_REFAULT_PERCENT, ANY_SIZE},
+    {"TIDEMALLOC_FITTED_CLASSES", NULL, M_FITTED_CLASSES, ANY_SIZE},
 };
 
 RARE static void apply(const struct tunable *t, const char *value, size_t length) {

@@ -28,7 +28,7 @@ void page_init(struct page *page, unsigned class_index, size_t block_size) {
     page->next = page->prev = NULL;
 }
 
-void page_block_test_set(struct page *page, uint64_t inverse) {
+UNPADDED void page_block_test_set(struct page *page, uint64_t inverse) {
     for (unsigned i = 0; i < page->slice_count; i++) {
         /* Only the owner opens a test, and only it writes `start`; a purger
          * closing a reclaimed page writes the inverse alone. */

@@ -69,10 +69,10 @@ static inline unsigned clamp_unsigned(unsigned n, unsigned low, unsigned high) {
     return n < low ? low : n > high ? high : n;
 }
 static inline unsigned shared_batch(unsigned cls) {
-    return clamp_unsigned(SHARED_BATCH_BYTES / g_class_size[cls], 1, SHARED_BATCH_MAX);
+    return clamp_unsigned(SHARED_BATCH_BYTES / shared_class_size(cls), 1, SHARED_BATCH_MAX);
 }
 static inline unsigned shared_limit_max(unsigned cls) {
-    return clamp_unsigned(SHARED_LIMIT_BYTES / g_class_size[cls], 2, SHARED_LIMIT_MAX);
+    return clamp_unsigned(SHARED_LIMIT_BYTES / shared_class_size(cls), 2, SHARED_LIMIT_MAX);
 }
 
 static inline void shared_cache_push(struct heap *heap, struct shared_cache *cache,
@@ -106,13 +106,13 @@ static bool shared_depot_put(unsigned cls, struct block *b, uint32_t count) {
     struct shared_depot *depot = atomic_load_explicit(&shared_depot, memory_order_acquire);
     if (depot == NULL) return false;
     struct shared_depot_class *slot = depot_class(depot, cls);
-    uint32_t bytes = count * g_class_size[cls];
+    uint32_t size = shared_class_size(cls), bytes = count * size;
     bool room;
     spin_lock(&slot->lock);
     /* relaxed: a bound; classes under other locks move the total meanwhile,
      * and a stale one lets the depot hold a list more or less */
     room = slot->used < SHARED_DEPOT_SLOTS &&
-           slot->blocks * g_class_size[cls] + bytes <= SHARED_DEPOT_CLASS_BYTES &&
+           slot->blocks * size + bytes <= SHARED_DEPOT_CLASS_BYTES &&
            atomic_load_explicit(&depot->bytes, memory_order_relaxed) + bytes <= SHARED_DEPOT_BYTES;
     if (room) {
         /* relaxed: as the load */
@@ -137,7 +137,8 @@ static struct block *shared_depot_take(unsigned cls, unsigned *count) {
         *count = slot->counts[slot->used];
         slot->blocks = (uint16_t)(slot->blocks - *count);
         /* relaxed: as in shared_depot_put */
-        atomic_fetch_sub_explicit(&depot->bytes, *count * g_class_size[cls], memory_order_relaxed);
+        atomic_fetch_sub_explicit(&depot->bytes, *count * shared_class_size(cls),
+                                  memory_order_relaxed);
     }
     spin_unlock(&slot->lock);
     return b;
@@ -196,7 +197,7 @@ static void shared_cache_trim(struct heap *heap, struct shared_cache *cache, uin
     cache->count = (uint16_t)keep;
     if (keep == 0) cache->head = NULL;
     unsigned cls = (unsigned)(cache - caches_of(heap)->classes) + SHARED_CLASS_FIRST;
-    caches_of(heap)->bytes -= left * g_class_size[cls];
+    caches_of(heap)->bytes -= left * shared_class_size(cls);
     if (to_depot && shared_depot_put(cls, b, left)) {
         /* the retention bound runs at a give-back to the depot as at a page
          * that empties: a loop whose give-backs all went there emptied no
@@ -246,7 +247,7 @@ static RARE void shared_depot_flush_locked(void) {
     /* relaxed: the lock holder stores it */
     struct shared_depot *depot = atomic_load_explicit(&shared_depot, memory_order_relaxed);
     if (depot == NULL) return;
-    for (unsigned cls = SHARED_CLASS_FIRST; cls < SMALL_CLASS_COUNT; cls++) {
+    for (unsigned cls = SHARED_CLASS_FIRST; cls < CLASS_COUNT; cls++) {
         unsigned count;
         struct block *b;
         while ((b = shared_depot_take(cls, &count)) != NULL)
@@ -295,7 +296,7 @@ void *shared_class_refill(struct heap *heap, unsigned cls) {
         if (cache->limit < count) cache->limit = (uint16_t)count;
         cache->head = count > 1 ? shared_cache_link_get(b) : NULL;
         cache->count = (uint16_t)(count - 1);
-        caches_of(heap)->bytes += (count - 1) * g_class_size[cls];
+        caches_of(heap)->bytes += (count - 1) * shared_class_size(cls);
         block_free_mark_clear(b);
         return b;
     }
@@ -306,7 +307,10 @@ void *shared_class_refill(struct heap *heap, unsigned cls) {
     struct heap *shared = exit_heap_locked(true);
     if (shared != NULL && atomic_load_explicit(&shared_depot, memory_order_relaxed) == NULL)
         shared_depot_create();
-    if (shared != NULL) b = heap_malloc_class(shared, cls);
+    if (shared != NULL) {
+        fitted_class_note();
+        b = heap_malloc_class(shared, cls);
+    }
     if (b != NULL) page = shared->pages_direct[cls];
     /* a page in a lent segment caches no block (PAGE_LENT) */
     if (b != NULL && want > 1 && !(page->flags & PAGE_LENT)) {

@@ -11,6 +11,8 @@
  * can reuse its resident memory, whereas a class page of 4-8 such blocks
  * stayed resident with one live block (mstress: peak RSS 32 -> 26 MiB; with
  * the limit at 16 KiB ghostscript's RSS rose 6%).
+ * A class that a program asks mostly for one size well below its block
+ * size gets a class fitted to it as the program runs (fitted_class.c).
  * g_class_size was generated once from the rule in size_class_of();
  * test_size_classes checks that every size gets a block at least that large
  * and that all of it is usable. */
@@ -82,3 +84,11 @@ bool size_class_table_limit(size_t limit) {
     }
     return changed;
 }
+
+/* The block sizes of the shared classes by cls - SHARED_CLASS_FIRST: the
+ * fixed ones, as in g_class_size, then the fitted classes' (fitted_class.c),
+ * 0 until each is set, once. */
+uint16_t g_shared_class_size[SHARED_CLASS_COUNT] = {
+    1152, 1280, 1536, 1792,  2048,  2304,  2560,  3072,  3584,  4096,  4608,  5120,  6144,
+    7168, 8192, 9216, 10240, 12288, 14336, 16384, 18432, 20480, 24576, 28672, 32768,
+};

@@ -261,7 +261,7 @@ __attribute__((no_sanitize("thread"))) static void live_blocks_by_class(struct s
             continue;
         }
         unsigned cls = SNAPSHOT(p->class_index);
-        if (cls <= SMALL_CLASS_COUNT) live[cls] += page_blocks_in_use(p);
+        if (cls <= LARGE_CLASS) live[cls] += page_blocks_in_use(p);
         i += count;
     }
 }
@@ -300,10 +300,10 @@ RARE void stats_print_at_exit(void) {
     out_string(&out, " purge passes\n");
     /* per class: pages set up over the heaps' lives (live heaps only) and
      * blocks in use now (a snapshot of every segment) */
-    uint64_t pages[SMALL_CLASS_COUNT + 1] = {0}, live[SMALL_CLASS_COUNT + 1] = {0};
+    uint64_t pages[LARGE_CLASS + 1] = {0}, live[LARGE_CLASS + 1] = {0};
     spin_lock(&g_heaps_lock);
     for (struct heap *h = g_heaps; h; h = h->next_heap)
-        for (unsigned c = 0; c < SMALL_CLASS_COUNT; c++)
+        for (unsigned c = 0; c < CLASS_COUNT; c++)
             pages[c] += h->pages_allocated[c];
     spin_unlock(&g_heaps_lock);
     spin_lock(&g_registry_lock);
@@ -311,13 +311,14 @@ RARE void stats_print_at_exit(void) {
         live_blocks_by_class(seg, live);
     spin_unlock(&g_registry_lock);
     out_string(&out, "tidemalloc: per class (size:pages set up/blocks in use)");
-    for (unsigned c = 1; c <= SMALL_CLASS_COUNT; c++) {
+    for (unsigned c = 1; c <= LARGE_CLASS; c++) {
         if (pages[c] == 0 && live[c] == 0) continue;
         out_string(&out, " ");
-        if (c == SMALL_CLASS_COUNT)
+        if (c == LARGE_CLASS)
             out_string(&out, "large");
         else
-            out_unsigned(&out, g_class_size[c]);
+            out_unsigned(&out, class_block_size(c));
+        if (c >= FITTED_CLASS_FIRST && c < LARGE_CLASS) out_string(&out, "(fitted)");
         out_string(&out, ":");
         out_unsigned(&out, pages[c]);
         out_string(&out, "/");

@@ -29,7 +29,12 @@
 #define SMALL_MAX         ((size_t)32 << 10) /* largest size served from a class */
 #define CLASS_TABLE_SIZE  65                 /* size -> class tables: 0 .. (1024 + 15) >> 4 */
 #define YOUNG_CLASS_LAST  20                 /* the 1 KiB class: the last a young heap maps */
-#define LARGE_CLASS       SMALL_CLASS_COUNT  /* class_index of a one-block page */
+/* Classes fitted to the program's own sizes (size_class.c, "fitted
+ * classes"): SMALL_CLASS_COUNT on, each set once, at the size a class of
+ * 1-32 KiB was asked for at most, where that is well below its block size. */
+#define FITTED_CLASS_COUNT 4
+#define CLASS_COUNT        (SMALL_CLASS_COUNT + FITTED_CLASS_COUNT) /* every class index */
+#define LARGE_CLASS        CLASS_COUNT /* class_index of a one-block page */
 /* Largest block served from a segment's slices; bigger ones below the mmap
  * threshold come from the arena (arena.c), one pool where freed blocks of
  * every size serve each other. Not higher: blocks of 0.25-4 MiB in slices
@@ -52,7 +57,8 @@
 /* Classes of blocks over 1 KiB come from one heap all threads share, through
  * a small cache per thread (shared_class.c): classes SHARED_CLASS_FIRST on. */
 #define SHARED_CLASS_FIRST 21
-#define SHARED_CLASS_COUNT (SMALL_CLASS_COUNT - SHARED_CLASS_FIRST)
+/* the fitted classes are shared classes too (their sizes are over 1 KiB) */
+#define SHARED_CLASS_COUNT (CLASS_COUNT - SHARED_CLASS_FIRST)
 
 #define ALIGNMENT 16 /* every block is at least 16-byte aligned, like glibc */
 
@@ -191,7 +197,7 @@ struct segment {
  * remote_batches_wide counts the open batches whose page spans several
  * slices. */
 struct heap {
-    struct page *pages_direct[SMALL_CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
+    struct page *pages_direct[CLASS_COUNT]; /* head of each class queue, or &g_empty_page */
     /* malloc's fast path: the class of a size up to 1 KiB, by (size + 15) >> 4.
      * Invariant, whenever the heaps lock is free: g_class_of_small's entry,
      * or while `young` the power-of-two class at or above it
@@ -202,17 +208,17 @@ struct heap {
     /* Pages the queue search met with no free block and nothing left to
      * carve, out of the queue so that the search finds free blocks past
      * them; NULL if none. A page goes back when blocks come back to it. */
-    struct page *pages_full[SMALL_CLASS_COUNT];
-    uint64_t id;                    /* unique, never reused; UINT64_MAX for g_empty_heap */
-    struct segment *segments_avail; /* owned segments with at least one free slice */
-    uint32_t segments_avail_count;  /* segments on segments_avail */
-    struct segment *segments_full;  /* owned segments without a free slice */
-    struct page *large_pages;       /* circular list of one-block pages, or NULL */
-    struct heap *next_heap;         /* global list of live heaps (heaps lock) */
-    struct heap *prev_heap;         /* ditto */
-    uint64_t large_allocs;          /* statistics: large pages handed out */
-    uint64_t pages_allocated[SMALL_CLASS_COUNT]; /* statistics: class pages set up */
-    uint32_t collect_countdown;                  /* slow-path calls until the next full collect */
+    struct page *pages_full[CLASS_COUNT];
+    uint64_t id;                           /* unique, never reused; UINT64_MAX for g_empty_heap */
+    struct segment *segments_avail;        /* owned segments with at least one free slice */
+    uint32_t segments_avail_count;         /* segments on segments_avail */
+    struct segment *segments_full;         /* owned segments without a free slice */
+    struct page *large_pages;              /* circular list of one-block pages, or NULL */
+    struct heap *next_heap;                /* global list of live heaps (heaps lock) */
+    struct heap *prev_heap;                /* ditto */
+    uint64_t large_allocs;                 /* statistics: large pages handed out */
+    uint32_t pages_allocated[CLASS_COUNT]; /* statistics: class pages set up */
+    uint32_t collect_countdown;            /* slow-path calls until the next full collect */
     uint32_t slow_paths;      /* owner (relaxed stores): malloc slow paths taken, read by purgers */
     uint32_t slow_paths_seen; /* purge lock: slow_paths at the previous idle-owner pass */
     uint32_t slow_paths_window;  /* heaps lock: slow_paths when the retain bound's window began */
@@ -238,7 +244,7 @@ struct heap {
     /* owner (the exit heap: its lock): per class, how many more carves of
      * the queue's head may skip heap_find_page's search; set only for the
      * classes over 1 KiB, after a search that found no free block */
-    uint8_t search_skips[SMALL_CLASS_COUNT];
+    uint8_t search_skips[CLASS_COUNT];
     /* Blocks of other threads' pages that this thread freed and has not yet
      * pushed on their page's thread_free list (free.c, "remote frees in
      * batches"): a slot the page chooses (remote_batch_index); a slot holds
