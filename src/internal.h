@@ -256,7 +256,7 @@ extern const uint32_t g_class_size[SMALL_CLASS_COUNT] INTERNAL;
 /* [heap->frees_others][cls]: slices per page of the class */
 extern const uint8_t g_class_slices[2][SMALL_CLASS_COUNT] INTERNAL;
 /* The block sizes of the shared classes (SHARED_CLASS_FIRST on), the fitted
- * ones (size_class.c) included, by cls - SHARED_CLASS_FIRST: the fixed
+ * ones (fitted_class.c) included, by cls - SHARED_CLASS_FIRST: the fixed
  * classes' as in g_class_size, a fitted class's 0 until it is set, once.
  * One table, so that the shared classes' paths read a size with no test of
  * which kind of class it is. */
@@ -265,14 +265,15 @@ extern uint16_t g_shared_class_size[SHARED_CLASS_COUNT] INTERNAL;
 static inline uint32_t shared_class_size(unsigned cls) {
     /* Plain reads: a fixed class's entry never changes, and a fitted one is
      * written once, before the release store of its slot, which a thread
-     * that uses the class read with acquire (fitted_class_route) or got one
+     * that uses the class read with acquire (fitted_class_malloc) or got one
      * of its blocks from a thread that did: no reader races the store. */
     return g_shared_class_size[cls - SHARED_CLASS_FIRST];
 }
 static inline uint32_t class_block_size(unsigned cls) {
     return cls < SHARED_CLASS_FIRST ? g_class_size[cls] : shared_class_size(cls);
 }
-/* g_fitted_slot_of[cls - SHARED_CLASS_FIRST] for fixed shared class cls: 0,
+/* g_fitted_slot_of[cls - SHARED_CLASS_FIRST] for fixed shared class cls (the
+ * fast path's size_class_of gives only those): 0,
  * FITTED_SAMPLING while its mallocs are sampled, or 1 + the slot whose
  * fitted class (FITTED_CLASS_FIRST + slot) serves its sizes up to that
  * class's block size (set once, with release, after that size). */

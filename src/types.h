@@ -29,9 +29,9 @@
 #define SMALL_MAX         ((size_t)32 << 10) /* largest size served from a class */
 #define CLASS_TABLE_SIZE  65                 /* size -> class tables: 0 .. (1024 + 15) >> 4 */
 #define YOUNG_CLASS_LAST  20                 /* the 1 KiB class: the last a young heap maps */
-/* Classes fitted to the program's own sizes (size_class.c, "fitted
- * classes"): SMALL_CLASS_COUNT on, each set once, at the size a class of
- * 1-32 KiB was asked for at most, where that is well below its block size. */
+/* Classes fitted to the program's own sizes (fitted_class.c): indices
+ * SMALL_CLASS_COUNT on, each set once, at the size that most mallocs of a
+ * class over 1 KiB ask at most, where that is well below its block size. */
 #define FITTED_CLASS_COUNT 4
 #define CLASS_COUNT        (SMALL_CLASS_COUNT + FITTED_CLASS_COUNT) /* every class index */
 #define LARGE_CLASS        CLASS_COUNT /* class_index of a one-block page */

@@ -91,14 +91,16 @@ int main(void) {
     }
 
     int n = allocate_until_fitted();
-    if (strict) CHECKF(n < MAX_COUNT, "no block of %d bytes after %d mallocs of %d", FITTED, n, SIZE);
+    if (strict)
+        CHECKF(n < MAX_COUNT, "no block of %d bytes after %d mallocs of %d", FITTED, n, SIZE);
     printf("fitted class after %d mallocs of %d bytes\n", n, SIZE);
     fflush(stdout);
 
     /* the sizes around the fitted one */
     static const struct {
         size_t size, usable;
-    } around[] = {{SIZE, FITTED}, {FITTED, FITTED}, {FITTED + 1, 1152}, {1024, 1024}, {1025, FITTED}};
+    } around[] = {
+        {SIZE, FITTED}, {FITTED, FITTED}, {FITTED + 1, 1152}, {1024, 1024}, {1025, FITTED}};
     for (unsigned i = 0; i < sizeof around / sizeof around[0]; i++) {
         void *p = malloc(around[i].size);
         CHECK(p != NULL);
