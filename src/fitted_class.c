@@ -13,7 +13,9 @@
  *   with few blocks would hold a slot, and a partly used page, for little),
  *   and the size that 7 in 8 of its mallocs asked at most (not the largest:
  *   sqlite3's 1 KiB pages come with a few larger blocks, which keep the
- *   fixed class) leaves a 32nd of its block size or more unused. Otherwise
+ *   fixed class) leaves a 20th of its block size or more unused (a 32nd
+ *   fitted the 4096-byte class of test_thread_waves, whose sizes stop at
+ *   4000, at 3968, for 3%: not worth a slot and a class). Otherwise
  *   its sampling stops until the next FITTED_START refills.
  * - A slot is class FITTED_CLASS_FIRST + slot, of that size rounded to
  *   ALIGNMENT, set once. From then on fitted_class_malloc routes the class's
@@ -35,21 +37,25 @@ uint32_t g_fitted_refills;
 
 /* Under fitted_lock (taken with a try: a malloc that finds it busy is not
  * sampled, and a fork child that inherits it held samples no more): the
- * slots taken, each slot's fixed class (written before the slot is
- * published) and each sampled class's window. Only the sampler and a
- * fitted page's set-up read them: out of the page of .data and .bss that
- * every process touches. */
+ * slots taken and each sampled class's window. Only the sampler reads
+ * them: out of the page of .data and .bss that every process touches. */
 struct fitted_window {
     uint32_t samples;               /* mallocs sampled in the window */
     uint16_t sizes[FITTED_SAMPLES]; /* their sizes */
 };
 LARGE_BSS static struct spin_lock fitted_lock;
 LARGE_BSS static struct fitted_window fitted_windows[SMALL_CLASS_COUNT - SHARED_CLASS_FIRST];
-LARGE_BSS static uint8_t fitted_base[FITTED_CLASS_COUNT];
 LARGE_BSS static _Atomic unsigned fitted_slots_used;
 
+/* A fitted class's page: its fixed class's slices (the one whose slot it
+ * is; a thread that sets up its page routed a malloc there, with acquire). */
 RARE unsigned fitted_class_slices(unsigned cls) {
-    return g_class_slices[0][fitted_base[cls - FITTED_CLASS_FIRST]];
+    unsigned fixed = SHARED_CLASS_FIRST;
+    /* relaxed: see above */
+    while (atomic_load_explicit(&g_fitted_slot_of[fixed - SHARED_CLASS_FIRST],
+                                memory_order_relaxed) != cls - FITTED_CLASS_FIRST + 1)
+        fixed++;
+    return g_class_slices[0][fixed];
 }
 
 /* Exit heap lock held: FITTED_START more refills. A fixed class with no
@@ -97,14 +103,13 @@ static RARE void fitted_class_window_end(unsigned cls, struct fitted_window *win
     /* relaxed: only this lock's holders store it */
     unsigned slot = atomic_load_explicit(&fitted_slots_used, memory_order_relaxed);
     unsigned shared = cls - SHARED_CLASS_FIRST;
-    if (fitted > block - block / 32 || fitted <= g_class_size[cls - 1] ||
+    if (fitted > block - block / 20 || fitted <= g_class_size[cls - 1] ||
         slot == FITTED_CLASS_COUNT || fitted_class_pages(cls) < FITTED_MIN_PAGES) {
         /* relaxed: a thread that reads it stale samples once more */
         atomic_store_explicit(&g_fitted_slot_of[shared], 0, memory_order_relaxed);
         return;
     }
     atomic_store_explicit(&fitted_slots_used, slot + 1, memory_order_relaxed);
-    fitted_base[slot] = (uint8_t)cls;
     /* the slot's release store publishes it */
     g_shared_class_size[FITTED_CLASS_FIRST + slot - SHARED_CLASS_FIRST] = (uint16_t)fitted;
     atomic_store_explicit(&g_fitted_slot_of[shared], (uint8_t)(slot + 1), memory_order_release);

@@ -74,8 +74,8 @@ fi
 # ---- programs linking the prefixed library (clang) ----
 clang_bin=${HARD_CLANG:-clang}
 if ! command -v "$clang_bin" >/dev/null 2>&1; then
-  for t in fuzz fuzz-secure fuzz-aggressive tsan-core tsan-stats ubsan-core ubsan-stats \
-    asan-core asan-stats; do
+  for t in fuzz fuzz-secure fuzz-aggressive tsan-core tsan-stats tsan-fitted ubsan-core \
+    ubsan-stats ubsan-fitted asan-core asan-stats asan-fitted; do
     echo "SKIP $t clang not installed"
   done
   exit 0
@@ -112,15 +112,15 @@ for mode in secure aggressive; do
   rm -rf "$fuzz_dir"
 done
 
-for mode in core stats; do
+for mode in core stats fitted; do
   run "tsan-$mode" 300 env TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 \
     "${norand[@]}" "$bdir/mt_tsan" "$mode" "$san_ops"
 done
-for mode in core stats; do
+for mode in core stats fitted; do
   run "ubsan-$mode" 300 env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$bdir/mt_ubsan" "$mode" "$san_ops"
 done
-for mode in core stats; do
+for mode in core stats fitted; do
   run "asan-$mode" 300 "$bdir/mt_asan" "$mode" "$san_ops"
 done
 exit 0

@@ -1,6 +1,7 @@
 /* free()'s block test (block_offset_valid in src/internal.h, and
  * block_start_invalid, the asm form free runs) against the truth, at every
- * byte of every page geometry a size class can have: for each class and each
+ * byte of every page geometry a size class can have (and a sample of the
+ * sizes a fitted class can have): for each class and each
  * page length of 1 to PAGE_MAX_SLICES slices, laid out as page_init does
  * (slack first, last block flush with the page's end), the test must accept
  * exactly the block starts. It also checks that the slack keeps every
@@ -13,10 +14,17 @@
 #include "../src/size_class.c"
 #include "common.h"
 
+/* Fitted classes (src/fitted_class.c) take any multiple of 16 between two
+ * classes over 1 KiB: a sample of them, the sizes programs ask among them
+ * (sqlite3's 1040, 4112 and 4368), and the largest below 32 KiB. */
+static const size_t fitted_sizes[] = {1040, 1104, 2064,  4112,  4368, 5504,
+                                      7792, 8304, 11744, 17824, 32752};
+#define FITTED_SIZES (sizeof fitted_sizes / sizeof fitted_sizes[0])
+
 int main(void) {
     unsigned long checked = 0;
-    for (unsigned cls = 0; cls < SMALL_CLASS_COUNT; cls++) {
-        size_t size = g_class_size[cls];
+    for (unsigned k = 0; k < SMALL_CLASS_COUNT + FITTED_SIZES; k++) {
+        size_t size = k < SMALL_CLASS_COUNT ? g_class_size[k] : fitted_sizes[k - SMALL_CLASS_COUNT];
         uint64_t inverse = block_offset_inverse(size);
         for (unsigned slices = 1; slices <= PAGE_MAX_SLICES; slices++) {
             /* a descriptor as page_block_test_set writes it; only its two

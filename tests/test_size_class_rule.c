@@ -5,7 +5,8 @@
  * (a thread that frees other threads' blocks: 512 blocks from 320 B to 1 KiB),
  * and malloc's table for sizes up to 1 KiB agrees with the rule. A power of
  * two plus a header (sqlite3's 4368 and 1032 bytes) gets the class at 9/8 of
- * that power. This is the arithmetic itself, compiled from the allocator's
+ * that power. The shared classes' table of sizes (g_shared_class_size)
+ * agrees with the fixed ones'. This is the arithmetic itself, compiled from the allocator's
  * own header; test_size_classes checks the blocks malloc hands out. */
 #include "../src/internal.h"
 #include "../src/size_class.c"
@@ -17,6 +18,13 @@ int main(void) {
         CHECKF(g_class_size[cls] > g_class_size[cls - 1] && g_class_size[cls] % ALIGNMENT == 0,
                "class %u: %u after %u", cls, g_class_size[cls], g_class_size[cls - 1]);
     CHECK(g_class_size[SMALL_CLASS_COUNT - 1] == SMALL_MAX);
+    /* the shared classes' one table: the fixed ones' sizes, the fitted ones
+     * unset (src/fitted_class.c sets each once) */
+    for (unsigned cls = SHARED_CLASS_FIRST; cls < CLASS_COUNT; cls++)
+        CHECKF(g_shared_class_size[cls - SHARED_CLASS_FIRST] ==
+                   (cls < SMALL_CLASS_COUNT ? g_class_size[cls] : 0),
+               "class %u: %u in the shared classes' table", cls,
+               g_shared_class_size[cls - SHARED_CLASS_FIRST]);
 
     CHECK(size_class_of(0) == 0);
     for (size_t size = 1; size <= SMALL_MAX; size++) {

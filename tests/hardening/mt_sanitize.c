@@ -16,6 +16,12 @@
  *                           MALLOC_PERTURB_ on and off with mallopt (which
  *                           marks every owned segment's owner id while their
  *                           owners free, and switches the checked paths)
+ *   mt_tsan fitted [rounds] blocks of 1032 and 1100 bytes, kept by each
+ *                           thread and freed by others through the shared
+ *                           slots, while a class is fitted to them
+ *                           (src/fitted_class.c): sampled, published and
+ *                           routed to as the threads allocate; a fitted class
+ *                           must exist at the end
  * Every block carries its size and seed and is filled from them; it is
  * checked whenever a thread takes it. Exit 0 when clean; a sanitizer report
  * makes the sanitizer exit non-zero (TSAN_OPTIONS=halt_on_error=1:exitcode=66,
@@ -253,12 +259,80 @@ static void *stats_reader(void *arg) {
     return NULL;
 }
 
+/* fitted mode. The refill count is set where the next refill of a shared
+ * class from the shared heap's pages starts the sampling: the prefixed
+ * build links the library's objects in, so its hidden counter is ours to
+ * set, before any thread but this one runs. */
+extern uint32_t g_fitted_refills;
+#define FITTED_START 4096 /* src/internal.h */
+#define FITTED_HELD  512
+#define FITTED_SIZE  1032
+
+static size_t fitted_size(uint64_t *r) {
+    return next_random(r) % 16 ? FITTED_SIZE : 1100;
+}
+
+static void *fitted_worker(void *arg) {
+    uint64_t r = (uintptr_t)arg * 0x9E3779B97F4A7C15ull;
+    unsigned char *held[FITTED_HELD] = {0};
+    for (unsigned n = 0; n < ops_per_thread; n++) {
+        size_t size = fitted_size(&r);
+        unsigned char *p = tm_malloc(size);
+        if (p == NULL) DIE("malloc(%zu) failed: %s", size, strerror(errno));
+        fill(p, size, next_random(&r));
+        unsigned j = (unsigned)(next_random(&r) % FITTED_HELD);
+        unsigned char *old = held[j];
+        held[j] = p;
+        if (old != NULL && next_random(&r) % 2)
+            old = atomic_exchange_explicit(&slots[next_random(&r) % SLOTS], old,
+                                           memory_order_acq_rel);
+        if (old != NULL) {
+            verify(old, "fitted");
+            tm_free(old);
+        }
+    }
+    for (unsigned j = 0; j < FITTED_HELD; j++)
+        if (held[j] != NULL) {
+            verify(held[j], "fitted, kept");
+            tm_free(held[j]);
+        }
+    return NULL;
+}
+
+/* The shared heap needs 16 pages of the class before one is fitted to it:
+ * this thread keeps 2048 blocks through the run. */
+static void fitted_run(void) {
+    static unsigned char *kept[2048];
+    uint64_t r = 77;
+    for (unsigned i = 0; i < 2048; i++) {
+        size_t size = fitted_size(&r);
+        kept[i] = tm_malloc(size);
+        if (kept[i] == NULL) DIE("malloc(%zu) failed", size);
+        fill(kept[i], size, next_random(&r));
+    }
+    g_fitted_refills = FITTED_START - 1;
+    pthread_t threads[WORKERS];
+    for (uintptr_t i = 0; i < WORKERS; i++)
+        if (pthread_create(&threads[i], NULL, fitted_worker, (void *)(i + 1)))
+            DIE("pthread_create");
+    for (int i = 0; i < WORKERS; i++)
+        pthread_join(threads[i], NULL);
+    for (unsigned i = 0; i < 2048; i++) {
+        verify(kept[i], "fitted, main");
+        tm_free(kept[i]);
+    }
+    void *p = tm_malloc(FITTED_SIZE);
+    size_t usable = tm_malloc_usable_size(p);
+    tm_free(p);
+    if (usable >= 1152) DIE("no class was fitted to %d bytes (usable %zu)", FITTED_SIZE, usable);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "core";
     if (argc > 2) ops_per_thread = (unsigned)strtoul(argv[2], NULL, 10);
-    int with_stats = strcmp(mode, "stats") == 0;
-    if (!with_stats && strcmp(mode, "core") != 0)
-        DIE("usage: mt_sanitize core|stats [ops per thread]");
+    int with_stats = strcmp(mode, "stats") == 0, fitted = strcmp(mode, "fitted") == 0;
+    if (!with_stats && !fitted && strcmp(mode, "core") != 0)
+        DIE("usage: mt_sanitize core|stats|fitted [ops per thread]");
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
     /* The purge helper is a bare clone() sharing its creator's TLS: TSan
@@ -268,6 +342,12 @@ int main(int argc, char **argv) {
 #endif
 #endif
     tm_free(tm_malloc(16)); /* the allocator's key first */
+    if (fitted) {
+        fitted_run();
+        printf("mt_sanitize fitted: %u ops x %d threads, a class fitted, clean\n", ops_per_thread,
+               WORKERS);
+        return 0;
+    }
     if (pthread_key_create(&late_key, late_destructor)) DIE("pthread_key_create");
     pthread_t threads[WORKERS], churner, reader;
     if (with_stats && pthread_create(&reader, NULL, stats_reader, NULL)) DIE("pthread_create");
