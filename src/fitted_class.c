@@ -36,16 +36,15 @@ _Atomic uint8_t g_fitted_slot_of[SMALL_CLASS_COUNT - SHARED_CLASS_FIRST];
 uint32_t g_fitted_refills;
 
 /* Under fitted_lock (taken with a try: a malloc that finds it busy is not
- * sampled, and a fork child that inherits it held samples no more): the
- * slots taken and each sampled class's window. Only the sampler reads
- * them: out of the page of .data and .bss that every process touches. */
+ * sampled, and a fork child that inherits it held samples no more): each
+ * sampled class's window. Only the sampler reads them: out of the page of
+ * .data and .bss that every process touches. */
 struct fitted_window {
     uint32_t samples;               /* mallocs sampled in the window */
     uint16_t sizes[FITTED_SAMPLES]; /* their sizes */
 };
 LARGE_BSS static struct spin_lock fitted_lock;
 LARGE_BSS static struct fitted_window fitted_windows[SMALL_CLASS_COUNT - SHARED_CLASS_FIRST];
-LARGE_BSS static _Atomic unsigned fitted_slots_used;
 
 /* A fitted class's page: its fixed class's slices (the one whose slot it
  * is; a thread that sets up its page routed a malloc there, with acquire). */
@@ -60,13 +59,23 @@ RARE unsigned fitted_class_slices(unsigned cls) {
 
 /* Exit heap lock held: FITTED_START more refills. A fixed class with no
  * fitted class and no sampling is sampled again, while slots are left. */
+/* The slots taken: the routes published (slots are taken in order, under
+ * fitted_lock). Relaxed: a count read stale by the sampling's start marks
+ * the classes once more or once less; the window's end reads it under the
+ * lock, which alone publishes. */
+static RARE unsigned fitted_slots_taken(void) {
+    unsigned taken = 0;
+    for (unsigned i = 0; i < SMALL_CLASS_COUNT - SHARED_CLASS_FIRST; i++) {
+        unsigned slot = atomic_load_explicit(&g_fitted_slot_of[i], memory_order_relaxed);
+        taken += slot != 0 && slot != FITTED_SAMPLING;
+    }
+    return taken;
+}
+
 RARE void fitted_class_sampling(void) {
     g_fitted_refills = 0;
-    /* relaxed, both: a tunable, and a count that only grows; a stale value
-     * marks the classes once more or once less */
-    if (!OPTION(fitted_classes) ||
-        atomic_load_explicit(&fitted_slots_used, memory_order_relaxed) == FITTED_CLASS_COUNT)
-        return;
+    /* relaxed: a tunable; a stale value marks the classes once more or less */
+    if (!OPTION(fitted_classes) || fitted_slots_taken() == FITTED_CLASS_COUNT) return;
     for (unsigned i = 0; i < SMALL_CLASS_COUNT - SHARED_CLASS_FIRST; i++) {
         uint8_t none = 0;
         /* relaxed: a mark the sampler tests again under its lock; from 0
@@ -100,8 +109,7 @@ static RARE void fitted_class_window_end(unsigned cls, struct fitted_window *win
     uint32_t fitted =
         ((uint32_t)sizes[FITTED_SAMPLES * 7 / 8 - 1] + ALIGNMENT - 1) & ~(uint32_t)(ALIGNMENT - 1);
     uint32_t block = g_class_size[cls];
-    /* relaxed: only this lock's holders store it */
-    unsigned slot = atomic_load_explicit(&fitted_slots_used, memory_order_relaxed);
+    unsigned slot = fitted_slots_taken();
     unsigned shared = cls - SHARED_CLASS_FIRST;
     if (fitted > block - block / 20 || fitted <= g_class_size[cls - 1] ||
         slot == FITTED_CLASS_COUNT || fitted_class_pages(cls) < FITTED_MIN_PAGES) {
@@ -109,7 +117,6 @@ static RARE void fitted_class_window_end(unsigned cls, struct fitted_window *win
         atomic_store_explicit(&g_fitted_slot_of[shared], 0, memory_order_relaxed);
         return;
     }
-    atomic_store_explicit(&fitted_slots_used, slot + 1, memory_order_relaxed);
     /* the slot's release store publishes it */
     g_shared_class_size[FITTED_CLASS_FIRST + slot - SHARED_CLASS_FIRST] = (uint16_t)fitted;
     atomic_store_explicit(&g_fitted_slot_of[shared], (uint8_t)(slot + 1), memory_order_release);
