@@ -402,7 +402,7 @@ static uint32_t pressure_min_age_ms(void) {
  * larson 8 20 11%, the collector 24-40%; threadwave 1000 4 20%, but a
  * window in which a thread exited starts no hold (below).
  * docs/benchmark-history.md, sixty-eighth session: the forms not kept.
- * Purge lock held.
+ * A sample takes refault_lock, not the purge lock (see refault_sample).
  */
 #define REFAULT_COST_NS     1000 /* a first-touch fault here: 1.7-2.0 us (hostprobe) */
 #define REFAULT_WINDOW_MS   10
@@ -512,7 +512,7 @@ void purge_after_free(void) {
     if (retained_total() <= retain_limit()) return;
     uint32_t now = clock_ms();
     /* relaxed, all: rate limiting and a trigger (refault_sample checks the
-     * time again under the purge lock) */
+     * time again under its own lock) */
     if ((uint32_t)(now - atomic_load_explicit(&refault_sampled_ms, memory_order_relaxed)) >=
             REFAULT_WINDOW_MS &&
         atomic_load_explicit(&g_os.bytes_released, memory_order_relaxed) >=
