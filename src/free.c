@@ -296,6 +296,20 @@ static NOINLINE void free_outside_segments(void *p) {
     errno = saved;
 }
 
+/* free's report of a pointer that is not a block's start. gcc sends a call
+ * it knows does not return to free.cold, whose start free's alignment
+ * (LINE_ALIGNED) put on 64 bytes too: 49 bytes of padding in the code every
+ * program maps. noipa keeps gcc from finding out, so free jumps here (clang,
+ * which builds the fuzzer, has no such attribute). */
+#if __has_attribute(noipa)
+#define NOT_KNOWN_NORETURN __attribute__((noipa))
+#else
+#define NOT_KNOWN_NORETURN NOINLINE
+#endif
+RARE static NOT_KNOWN_NORETURN void free_invalid_pointer(const void *p) {
+    report_invalid_pointer(p, g_free_invalid_pointer);
+}
+
 static inline __attribute__((always_inline)) void free_inline(void *p) {
     /* NULL takes this branch too: one test fewer for every other pointer */
     uintptr_t index = (uintptr_t)p >> SEGMENT_SHIFT;
@@ -304,7 +318,13 @@ static inline __attribute__((always_inline)) void free_inline(void *p) {
         return;
     }
     struct segment *segment = segment_at_index(index);
-    struct page *page = page_of_block_in(segment, p, g_free_invalid_pointer);
+    /* page_of_block_in, but the report is a jump from here (free_invalid_pointer) */
+    const struct page *slice = block_slice_in(segment, p);
+    if (CHECKS_ON && unlikely(block_start_invalid(p, slice))) {
+        free_invalid_pointer(p);
+        return;
+    }
+    struct page *page = slice->first;
     struct block *b = p;
     /* relaxed: equal only if this thread owns the segment, and then this
      * thread wrote the value itself; any other value takes the remote path.

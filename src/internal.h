@@ -791,10 +791,12 @@ extern const char g_free_invalid_pointer[] INTERNAL; /* "free(): invalid pointer
 extern const char g_free_heap_overflow[] INTERNAL;
 /* The page of a pointer into our segments, after checking it is the start of
  * a block of an in-use page (block_offset_valid says why one test is enough). */
+static inline const struct page *block_slice_in(struct segment *segment, const void *p) {
+    return &segment->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];
+}
 static inline struct page *page_of_block_in(struct segment *segment, const void *p,
                                             const char *message) {
-    const struct page *slice =
-        &segment->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];
+    const struct page *slice = block_slice_in(segment, p);
     /* the slice's copies of the test (page_block_test_set): a slice never
      * part of a page reads zero there, and zero accepts nothing */
     if (CHECKS_ON && unlikely(block_start_invalid(p, slice))) report_invalid_pointer(p, message);
