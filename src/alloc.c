@@ -42,20 +42,27 @@ class_pop_inline(struct heap *heap, size_t cls, bool *holds_zeros) {
     return b;
 }
 
-/* holds_zeros: as class_pop_inline's (false from the slow paths) */
-static inline __attribute__((always_inline)) void *malloc_inline(size_t size, bool *holds_zeros) {
+/* holds_zeros: as class_pop_inline's (false from the slow paths). shared:
+ * a size over 1 KiB goes straight to its shared class (malloc only: calloc's
+ * and realloc's copies of this took 54 bytes more of the common code) */
+static inline __attribute__((always_inline)) void *malloc_inline(size_t size, bool *holds_zeros,
+                                                                 bool shared) {
     struct heap *heap = t_heap;
     size_t cls; /* size_t: no zero-extension after the table load */
     /* relaxed, both: tunables; a stale value only routes one call another
      * way. Up to 1 KiB the heap's table holds the limit
      * (size_class_table_limit): the common sizes skip the limit's load and
      * compare. g_empty_heap's table is all 0: the empty class. */
-    if (likely(size <= 1024))
+    if (likely(size <= 1024)) {
         cls = atomic_load_explicit(&heap->class_of_small[(size + 15) >> 4], memory_order_relaxed);
-    else if (likely(size <= atomic_load_explicit(&g_small_limit, memory_order_relaxed)))
+    } else if (likely(size <= atomic_load_explicit(&g_small_limit, memory_order_relaxed))) {
         cls = size_class_of(size);
-    else
+        /* a shared class: straight to the thread's cache of it, not through
+         * the empty page its queue holds (three dependent loads) */
+        if (shared) return heap_malloc_shared(heap, size, cls);
+    } else {
         goto slow;
+    }
     struct block *b = class_pop_inline(heap, cls, holds_zeros);
     if (likely(b != NULL)) return b;
     if (holds_zeros) *holds_zeros = false;
@@ -66,7 +73,7 @@ slow:
 }
 
 API LINE_ALIGNED void *TM_NAME(malloc)(size_t size) {
-    return malloc_inline(size, NULL);
+    return malloc_inline(size, NULL, true);
 }
 
 API void *TM_NAME(calloc)(size_t count, size_t size) {
@@ -77,7 +84,7 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
     }
     if (total <= atomic_load_explicit(&g_small_limit, memory_order_relaxed)) {
         bool holds_zeros;
-        void *p = malloc_inline(total, &holds_zeros);
+        void *p = malloc_inline(total, &holds_zeros, false);
         if (p == NULL) return NULL;
         memset(p, 0, holds_zeros && total > sizeof(struct block) ? sizeof(struct block) : total);
         return p;
@@ -91,7 +98,7 @@ API void *TM_NAME(calloc)(size_t count, size_t size) {
 /* glibc's memalign: alignments up to 16 are plain malloc, others round up
  * to a power of two; an absurd alignment is EINVAL. */
 RARE static void *memalign_internal(size_t alignment, size_t size) {
-    if (alignment <= ALIGNMENT) return malloc_inline(size, NULL);
+    if (alignment <= ALIGNMENT) return malloc_inline(size, NULL, false);
     /* Small blocks with a small power-of-two alignment (C++'s aligned new,
      * Rust's allocator past 16): the first class up from the size whose
      * block size is a multiple of the alignment gives aligned blocks, as in
@@ -199,7 +206,7 @@ static NOINLINE void *realloc_change(void *p, size_t size) {
         if (size > usable ? heap_large_grow(p, size) : heap_large_shrink(p, size)) return p;
     }
     if (realloc_fits(size, usable) && !OPTION(checked)) return p;
-    void *fresh = malloc_inline(size, NULL);
+    void *fresh = malloc_inline(size, NULL, false);
     if (fresh == NULL) return NULL; /* errno is ENOMEM; p is untouched */
     size_t copy = size < usable ? size : usable;
     if (copy >= POPULATE_COPY_MIN) populate_for_copy(fresh, copy);
@@ -210,7 +217,7 @@ static NOINLINE void *realloc_change(void *p, size_t size) {
 }
 
 API void *TM_NAME(realloc)(void *p, size_t size) {
-    if (p == NULL) return malloc_inline(size, NULL);
+    if (p == NULL) return malloc_inline(size, NULL, false);
     if (size == 0) { /* glibc 2.36: frees and returns NULL */
         free_internal(p);
         return NULL;

@@ -484,12 +484,17 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
  * instructions of dispatch a slow path before, 44 now). A class read stale
  * while mallopt changes the table routes one call another way, as the fast
  * path's own pop of it does. */
+/* A block of shared class cls (over 1 KiB) for a malloc of `size`: from
+ * malloc for the sizes over 1 KiB, and from the refill */
+void *heap_malloc_shared(struct heap *heap, size_t size, size_t cls) {
+    if (unlikely(heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
+    if (unlikely(fitted_class_active(cls))) return fitted_class_malloc(size, heap, cls);
+    return shared_class_pop(heap, (unsigned)cls);
+}
+
 void *heap_malloc_refill(size_t size, struct heap *heap, size_t cls) {
     if (unlikely(cls == 0 || heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
-    if (cls >= SHARED_CLASS_FIRST) {
-        if (unlikely(fitted_class_active(cls))) return fitted_class_malloc(size, heap, cls);
-        return shared_class_pop(heap, (unsigned)cls);
-    }
+    if (cls >= SHARED_CLASS_FIRST) return heap_malloc_shared(heap, size, cls);
     heap_slow_path_note(heap);
     /* What heap_find_page's search finds at its second step, most of the
      * time (larson: 84% of the searches), found without its frame: the head

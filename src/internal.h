@@ -575,6 +575,7 @@ extern _Atomic uint64_t g_heap_exits INTERNAL; /* threads that exited (with a he
 void *heap_malloc_slow(struct heap *heap, size_t size) INTERNAL;
 /* malloc's fast path found class cls dry (cls 0: the generic path) */
 void *heap_malloc_refill(size_t size, struct heap *heap, size_t cls) INTERNAL;
+void *heap_malloc_shared(struct heap *heap, size_t size, size_t cls) INTERNAL; /* cls: shared */
 void *heap_malloc_generic(struct heap *heap, size_t size, bool *is_zero) INTERNAL;
 uintptr_t large_clean_from(const void *p) INTERNAL; /* realloc's copy: see heap.c */
 void heap_atfork_child(bool locked) INTERNAL;       /* locked: the fork took our locks first */
