@@ -143,6 +143,7 @@ run aggressive-small-loop MALLOC_AGGRESSIVE_MADVISE_=1 TIDEMALLOC_BACKGROUND_PUR
 run retain-bound TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound default
 run retain-bound-top TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound top
 run retain-bound-off-control TIDEMALLOC_BACKGROUND_PURGE=0 -- rel_retain_bound off
+run retain-bound-quiet -- rel_retain_bound quiet
 # A single heap keeps what its recent peak used through troughs, and so does
 # one growing heap beside an idle one; with two heaps growing the bound counts
 # the current use (the control).
