@@ -88,7 +88,7 @@ uintptr_t g_purger_stack_low;
  * bound as a free would (retain_bound_pass). `test_thread_waves` (a 60 s
  * delay): 7 runs in 150 kept a wave's 30 MiB to the end, when its 100
  * threads freed and exited within a few milliseconds. */
-#define PURGER_BOUND_MS 50
+#define PURGER_BOUND_MS 100 /* jemalloc's background thread sleeps as little */
 static void retain_bound_pass(uint32_t now, bool helper);
 static void purger_sleep_ms(uint32_t ms) {
     for (;;) {

@@ -66,7 +66,7 @@ int main(void) {
         run_wave(wave);
     /* The last wave's threads free and exit within a few milliseconds: what
      * its frees found too young for the retain bound goes back with the
-     * helper's next check, 50-100 ms later (0.25 s in 4 runs of 300), and a
+     * helper's next check, 100-200 ms later (0.3-0.4 s in 3 runs of 200), and a
      * refault hold (M_REFAULT_PERCENT) may keep it up to a second. Until the
      * helper checked the bound (seventieth session), 7 runs in 150 kept it
      * here for the 60 s delay. */

@@ -23,7 +23,7 @@
  *   rel_retain_bound quiet    a 60 s delay and no page event after the frees:
  *                             the program makes no allocator call, and the
  *                             helper thread, which looks at the bound every
- *                             50 ms of its delay, brings retained under 128
+ *                             100 ms of its delay, brings retained under 128
  *                             KiB + 4 MiB within 2 s (before the seventieth
  *                             session it waited for the delay).
  * Also: mallopt(M_RETAIN_PERCENT, v) refuses v < 0 and v > 10000. The suite
