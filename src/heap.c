@@ -476,14 +476,6 @@ void *heap_malloc_slow(struct heap *heap, size_t size) {
     return heap_malloc_generic(heap, size, NULL);
 }
 
-/* malloc's fast path found class cls's head page dry. A class other than 0
- * on a thread's own heap says what heap_malloc_generic would find out again:
- * the heap exists, checked mode is off (its table entries and size limit are
- * 0) and the size is served from a class, the young one included (the
- * heap's table holds it). So only the page search is left (larson 2 2: 78
- * instructions of dispatch a slow path before, 44 now). A class read stale
- * while mallopt changes the table routes one call another way, as the fast
- * path's own pop of it does. */
 /* A block of shared class cls (over 1 KiB) for a malloc of `size`: from
  * malloc for the sizes over 1 KiB, and from the refill */
 void *heap_malloc_shared(struct heap *heap, size_t size, size_t cls) {
@@ -492,6 +484,14 @@ void *heap_malloc_shared(struct heap *heap, size_t size, size_t cls) {
     return shared_class_pop(heap, (unsigned)cls);
 }
 
+/* malloc's fast path found class cls's head page dry. A class other than 0
+ * on a thread's own heap says what heap_malloc_generic would find out again:
+ * the heap exists, checked mode is off (its table entries and size limit are
+ * 0) and the size is served from a class, the young one included (the
+ * heap's table holds it). So only the page search is left (larson 2 2: 78
+ * instructions of dispatch a slow path before, 44 now). A class read stale
+ * while mallopt changes the table routes one call another way, as the fast
+ * path's own pop of it does. */
 void *heap_malloc_refill(size_t size, struct heap *heap, size_t cls) {
     if (unlikely(cls == 0 || heap == &g_empty_heap)) return heap_malloc_generic(heap, size, NULL);
     if (cls >= SHARED_CLASS_FIRST) return heap_malloc_shared(heap, size, cls);

@@ -790,11 +790,13 @@ extern const char g_free_invalid_pointer[] INTERNAL; /* "free(): invalid pointer
 /* "free(): heap overflow detected": secure mode's canaries and size words,
  * and huge blocks' guard bytes (one copy, in the code's segment) */
 extern const char g_free_heap_overflow[] INTERNAL;
-/* The page of a pointer into our segments, after checking it is the start of
- * a block of an in-use page (block_offset_valid says why one test is enough). */
+/* The descriptor of the slice that p lies in (its page's first slice, or a
+ * later one holding copies of the block test's fields) */
 static inline const struct page *block_slice_in(struct segment *segment, const void *p) {
     return &segment->pages[((uintptr_t)p >> SLICE_SHIFT) & (SLICES_PER_SEGMENT - 1)];
 }
+/* The page of a pointer into our segments, after checking it is the start of
+ * a block of an in-use page (block_offset_valid says why one test is enough). */
 static inline struct page *page_of_block_in(struct segment *segment, const void *p,
                                             const char *message) {
     const struct page *slice = block_slice_in(segment, p);
