@@ -5,7 +5,7 @@
  * - Every FITTED_START refills of the shared classes from the shared heap's
  *   pages (shared_class_refill counts them), the fixed classes over 1 KiB
  *   with no fitted class are marked FITTED_SAMPLING (fitted_class_sampling).
- * - heap_malloc_refill sends a malloc of a marked class here
+ * - heap_malloc_shared sends a malloc of a marked class here
  *   (fitted_class_malloc), which records its size, FITTED_SAMPLES to a
  *   window, and pops the class's cache as before.
  * - At a window's end the class gets one of FITTED_CLASS_COUNT slots if the
@@ -57,8 +57,6 @@ RARE unsigned fitted_class_slices(unsigned cls) {
     return g_class_slices[0][fixed];
 }
 
-/* Exit heap lock held: FITTED_START more refills. A fixed class with no
- * fitted class and no sampling is sampled again, while slots are left. */
 /* The slots taken: the routes published (slots are taken in order, under
  * fitted_lock). Relaxed: a count read stale by the sampling's start marks
  * the classes once more or once less; the window's end reads it under the
@@ -72,6 +70,8 @@ static RARE unsigned fitted_slots_taken(void) {
     return taken;
 }
 
+/* Exit heap lock held: FITTED_START more refills. A fixed class with no
+ * fitted class and no sampling is sampled again, while slots are left. */
 RARE void fitted_class_sampling(void) {
     g_fitted_refills = 0;
     /* relaxed: a tunable; a stale value marks the classes once more or less */

@@ -279,7 +279,7 @@ static inline uint32_t class_block_size(unsigned cls) {
  * class's block size (set once, with release, after that size). */
 #define FITTED_SAMPLING 0xff
 extern _Atomic uint8_t g_fitted_slot_of[SMALL_CLASS_COUNT - SHARED_CLASS_FIRST] INTERNAL;
-/* heap_malloc_refill's for a shared class cls whose slot is not 0: the
+/* heap_malloc_shared's for a shared class cls whose slot is not 0: the
  * sample, or the fitted class, then the pop (rare code: only programs that
  * refill these classes often run it). */
 void *fitted_class_malloc(size_t size, struct heap *heap, size_t cls) INTERNAL;

@@ -27,12 +27,16 @@
  * mmap threshold, or all in checked mode. */
 _Atomic uint8_t g_class_of_small[CLASS_TABLE_SIZE];
 
+/* The block sizes of the classes over 1 KiB (SHARED_CLASS_FIRST on): written
+ * once, for both tables below. */
+#define SHARED_FIXED_SIZES                                                                         \
+    1152, 1280, 1536, 1792, 2048, 2304, 2560, 3072, 3584, 4096, 4608, 5120, 6144, 7168, 8192,      \
+        9216, 10240, 12288, 14336, 16384, 18432, 20480, 24576, 28672, 32768
+
 /* block size of each class */
 const uint32_t g_class_size[SMALL_CLASS_COUNT] = {
-    16,   16,    32,    48,    64,    80,    96,    112,   128,   160,   192,  224,
-    256,  320,   384,   448,   512,   640,   768,   896,   1024,  1152,  1280, 1536,
-    1792, 2048,  2304,  2560,  3072,  3584,  4096,  4608,  5120,  6144,  7168, 8192,
-    9216, 10240, 12288, 14336, 16384, 18432, 20480, 24576, 28672, 32768,
+    16,  16,  32,  48,  64,  80,  96,  112, 128, 160,  192,
+    224, 256, 320, 384, 448, 512, 640, 768, 896, 1024, SHARED_FIXED_SIZES,
 };
 
 /* Slices (64 KiB) per page of each class, by heap->frees_others. Row 0: the
@@ -88,7 +92,4 @@ bool size_class_table_limit(size_t limit) {
 /* The block sizes of the shared classes by cls - SHARED_CLASS_FIRST: the
  * fixed ones, as in g_class_size, then the fitted classes' (fitted_class.c),
  * 0 until each is set, once. */
-uint16_t g_shared_class_size[SHARED_CLASS_COUNT] = {
-    1152, 1280, 1536, 1792,  2048,  2304,  2560,  3072,  3584,  4096,  4608,  5120,  6144,
-    7168, 8192, 9216, 10240, 12288, 14336, 16384, 18432, 20480, 24576, 28672, 32768,
-};
+uint16_t g_shared_class_size[SHARED_CLASS_COUNT] = {SHARED_FIXED_SIZES};
