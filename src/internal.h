@@ -108,7 +108,7 @@ struct options {
                                  write (os_populate); cleared when the kernel refuses */
     bool print_stats;         /* TIDEMALLOC_STATS=1: summary at exit */
     bool fitted_classes;      /* classes over 1 KiB may get a class fitted to the
-                                 sizes asked of them (size_class.c); 0: no more */
+                                 sizes asked of them (fitted_class.c); 0: no more */
     uint32_t purge_delay_ms;  /* how long free memory stays before release */
     uint32_t retain_percent;  /* free slices kept past the threshold: % of in use (0: off) */
     uint32_t refault_percent; /* % of CPU time refaults may take before the retain bound
