@@ -8,6 +8,7 @@
  * (retain_percent). An idle process is served by a helper thread, started
  * only once something waits. */
 #define _GNU_SOURCE
+#include <errno.h>
 #include <linux/futex.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -84,40 +85,54 @@ uintptr_t g_purger_stack_low;
 /* The retain bound's passes run on frees: when the frees stop, memory past
  * the bound that was too young for the last of them (PRESSURE_MIN_AGE_MS, or
  * longer beside other processes) waited for the whole delay. So the helper
- * sleeps in naps of PURGER_BOUND_MS at most and, after each, checks the
- * bound as a free would (retain_bound_pass). `test_thread_waves` (a 60 s
- * delay): 7 runs in 150 kept a wave's 30 MiB to the end, when its 100
- * threads freed and exited within a few milliseconds. */
+ * sleeps out its delay on purger_request, which every free past the trim
+ * threshold sets (purger_wake: one futex call at most each time the helper
+ * takes the request); taking one, it naps PURGER_BOUND_MS and checks the
+ * bound as a free would (retain_bound_pass), and asks itself again while
+ * memory is over the bound or may be once a recent peak or a refault hold
+ * has passed. `test_thread_waves` (a 60 s delay): 7 runs in 150 kept a
+ * wave's 30 MiB to the end, when its 100 threads freed and exited within a
+ * few milliseconds. Until the seventy-first session the helper napped
+ * through the whole delay, so an idle process woke 10 times a second
+ * (`rel_helper_wakeups idle`: 15 wakeups in 1.5 s with a 60 s delay; 0-1
+ * now). */
 #define PURGER_BOUND_MS 100 /* jemalloc's background thread sleeps as little */
-static void retain_bound_pass(uint32_t now, bool helper);
-static void purger_sleep_ms(uint32_t ms) {
-    for (;;) {
-        uint32_t nap = ms < PURGER_BOUND_MS ? ms : PURGER_BOUND_MS;
-        struct timespec t = {0, (long)nap * 1000000L};
-        raw_syscall6(SYS_nanosleep, (long)&t, 0, 0, 0, 0, 0); /* signals are blocked */
-        ms -= nap;
-        if (ms == 0) return;
-        retain_bound_pass(clock_ms(), true);
-    }
-}
-
+static bool retain_bound_pass(uint32_t now, bool helper);
 static int purger_main(void *unused) {
     (void)unused;
-    for (;;) {
-        /* acquire: pairs with the waker's exchange; nothing else is shared. */
-        while (atomic_exchange_explicit(&purger_request, 0, memory_order_acquire) == 0)
-            raw_syscall6(SYS_futex, (long)&purger_request, FUTEX_WAIT_PRIVATE, 0, 0, 0, 0);
-        for (int idle = 0; idle < PURGER_IDLE_PASSES;) {
-            uint32_t delay = OPTION(purge_delay_ms);
-            purger_sleep_ms(delay > 10 ? delay : 10);
-            if (retained_total() <= retain_limit()) break;
-            spin_lock(&g_purge_lock);
-            uint32_t now = clock_ms();
-            atomic_store_explicit(&last_pass_ms, now, memory_order_relaxed); /* a hint */
-            bool any = purge_pass(now, delay, false, 0);
-            spin_unlock(&g_purge_lock);
-            idle = any ? 0 : idle + 1;
+    /* idle: passes in a row that found nothing; past PURGER_IDLE_PASSES,
+     * the helper sleeps until a free asks */
+    for (int idle = PURGER_IDLE_PASSES;;) {
+        uint32_t delay = OPTION(purge_delay_ms);
+        if (delay < 10) delay = 10;
+        /* acquire: pairs with purger_wake's exchange; nothing else is shared */
+        uint32_t asked = atomic_load_explicit(&purger_request, memory_order_acquire);
+        uint32_t wait = asked ? PURGER_BOUND_MS : delay;
+        struct timespec t = {wait / 1000, (long)(wait % 1000) * 1000000L};
+        /* asked: a nap no free cuts short, since they find the request set;
+         * else until a free asks, or the delay ends (no end once idle) */
+        long woke = raw_syscall6(SYS_futex, (long)&purger_request, FUTEX_WAIT_PRIVATE, asked,
+                                 asked || idle < PURGER_IDLE_PASSES ? (long)&t : 0, 0, 0);
+        if (asked) {
+            /* relaxed, both: taken; the frees after this ask again, and so
+             * does a look that leaves memory over the bound to come */
+            atomic_store_explicit(&purger_request, 0, memory_order_relaxed);
+            if (retain_bound_pass(clock_ms(), true))
+                atomic_store_explicit(&purger_request, 1, memory_order_relaxed);
+            idle = 0; /* the delay starts again after the look */
+            continue;
         }
+        if (woke != -ETIMEDOUT) continue; /* asked meanwhile */
+        if (retained_total() <= retain_limit()) {
+            idle = PURGER_IDLE_PASSES;
+            continue;
+        }
+        spin_lock(&g_purge_lock);
+        uint32_t now = clock_ms();
+        atomic_store_explicit(&last_pass_ms, now, memory_order_relaxed); /* a hint */
+        bool any = purge_pass(now, delay, false, 0);
+        spin_unlock(&g_purge_lock);
+        idle = any ? 0 : idle + 1;
     }
     return 0;
 }
@@ -249,8 +264,12 @@ bool retain_one_growing_heap(void) {
             atomic_load_explicit(&growing_heaps, memory_order_relaxed) <= 1);
 }
 
-static bool over_retain_bound(uint32_t now, uint64_t *target) {
+/* True if retained memory is over the bound now (*target: what a pass
+ * leaves); *later: over it, or held back from it for now (a refault hold, or
+ * a recent peak above the use), so that it may be over it once that passes. */
+static bool over_retain_bound(uint32_t now, uint64_t *target, bool *later) {
     uint64_t percent = OPTION(retain_percent);
+    *later = percent != 0;
     if (percent == 0 || refault_hold(now)) return false;
     /* relaxed: a trigger, as in retained_total */
     uint64_t retained = atomic_load_explicit(&g_retained_bytes, memory_order_relaxed);
@@ -293,7 +312,9 @@ static bool over_retain_bound(uint32_t now, uint64_t *target) {
     uint64_t bound = basis / 100 * percent;
     if (bound < RETAIN_FLOOR) bound = RETAIN_FLOOR;
     *target = limit + bound / 2; /* half the bound: room before the next pass */
-    return retained > limit + bound && limit + bound >= limit;
+    bool over = retained > limit + bound && limit + bound >= limit;
+    *later = over || basis > in_use;
+    return over;
 }
 
 /* Passes over the bound release free slices unused for PRESSURE_MIN_AGE_MS,
@@ -515,17 +536,21 @@ RARE static NOINLINE void refault_sample(uint32_t now) {
 /* The bound's pass, at most one every PRESSURE_INTERVAL_MS, whoever runs
  * it. The helper's releases what has been free for PURGER_BOUND_MS: its own
  * wait for a CPU tells nothing of the program's threads', and it must not
- * read their thread-local words either (pressure_min_age_ms). */
-static void retain_bound_pass(uint32_t now, bool helper) {
+ * read their thread-local words either (pressure_min_age_ms). Returns true
+ * if the helper should look again: the memory is over the bound or may be
+ * (over_retain_bound's `later`), or the rate limit skipped the look. */
+static bool retain_bound_pass(uint32_t now, bool helper) {
     /* relaxed: rate limiting only, as below */
     uint32_t last_pressure = atomic_load_explicit(&last_pressure_pass_ms, memory_order_relaxed);
     uint64_t target;
+    bool later = true; /* a look skipped here owes one later */
     if ((uint32_t)(now - last_pressure) >= PRESSURE_INTERVAL_MS &&
-        over_retain_bound(now, &target) && spin_try_lock(&g_purge_lock)) {
+        over_retain_bound(now, &target, &later) && spin_try_lock(&g_purge_lock)) {
         atomic_store_explicit(&last_pressure_pass_ms, now, memory_order_relaxed);
         purge_pass(now, helper ? PURGER_BOUND_MS : pressure_min_age_ms(), false, target);
         spin_unlock(&g_purge_lock);
     }
+    return later;
 }
 
 void purge_after_free(void) {

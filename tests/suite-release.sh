@@ -168,6 +168,10 @@ run refault-hold-off-control TIDEMALLOC_REFAULT_PERCENT=0 -- rel_refault_hold co
 # and the check needs them resident when the idle time starts.
 run idle-release TIDEMALLOC_UNUSED=1 -- rel_idle release
 run idle-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PERCENT=0 -- rel_idle retain
+# With nothing due before a long delay, the helper sleeps instead of
+# napping every 100 ms; memory past the bound still goes back soon.
+run helper-wakeups-idle TIDEMALLOC_PURGE_DELAY_MS=60000 -- rel_helper_wakeups idle
+run helper-wakeups-bound TIDEMALLOC_PURGE_DELAY_MS=60000 -- rel_helper_wakeups bound
 # Blocks other threads freed into a sleeping (or exited) thread's pages. The
 # retain bound is off where the idle path is tested: on a loaded machine the
 # frees took over its age (5 ms then, 2 ms now) and it released the pages during them (seen
