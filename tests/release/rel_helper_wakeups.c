@@ -127,8 +127,7 @@ int main(int argc, char **argv) {
     }
     REL_FIGURES("idle_ms=%ld helper_wakeups=%ld retained_after_frees=%.2fMiB back_ms=%ld "
                 "retained=%.2fMiB",
-                idle_ms, wakeups, rel_mib(s2.bytes_retained), back_ms,
-                rel_mib(s3.bytes_retained));
+                idle_ms, wakeups, rel_mib(s2.bytes_retained), back_ms, rel_mib(s3.bytes_retained));
     REL_CHECK(back_ms >= 0, "still %.2f MiB retained 2 s after the frees stopped",
               rel_mib(s3.bytes_retained));
     return 0;
