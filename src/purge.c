@@ -184,7 +184,7 @@ static void purger_wake(void) {
     }
     /* relaxed peek: a request already pending needs no second one. */
     if (atomic_load_explicit(&purger_request, memory_order_relaxed) != 0) return;
-    /* release: the helper's acquire exchange sees the state that asked. */
+    /* release: the helper's acquire load sees the state that asked. */
     if (atomic_exchange_explicit(&purger_request, 1, memory_order_release) == 0)
         raw_syscall6(SYS_futex, (long)&purger_request, FUTEX_WAKE_PRIVATE, 1, 0, 0, 0);
 }
