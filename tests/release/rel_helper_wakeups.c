@@ -87,7 +87,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < first; i++)
         free(blocks[i]);
     struct tidemalloc_stats s0 = rel_stats();
-    nap_ms(300); /* the helper starts and settles */
+    /* the helper starts, and its looks at the bound end once the recent
+     * peak's two 100 ms windows have passed (about 400 ms) */
+    nap_ms(600);
     int threads;
     long before = helper_switches(&threads);
     long start = now_ms();
