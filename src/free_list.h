@@ -2,7 +2,7 @@
  * used), how a list ends (a sentinel in the segment's header), the
  * double-free mark, and the word of a page's list of blocks other threads
  * freed. The fast paths' inline helpers; included by internal.h, whose
- * segment_of and report_corrupt_free_list they use. */
+ * segment_of (page_lookup.h) and report_corrupt_free_list they use. */
 #ifndef TIDEMALLOC_FREE_LIST_H
 #define TIDEMALLOC_FREE_LIST_H
 

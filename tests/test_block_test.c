@@ -1,4 +1,4 @@
-/* free()'s block test (block_offset_valid in src/internal.h, and
+/* free()'s block test (block_offset_valid in src/page_lookup.h, and
  * block_start_invalid, the asm form free runs) against the truth, at every
  * byte of every page geometry a size class can have (and a sample of the
  * sizes a fitted class can have): for each class and each
