@@ -105,6 +105,12 @@ static void fork_child(void) {
     fork_level_end();
 }
 
+/* The library links without gcc's start files (-nostartfiles, Makefile),
+ * whose crtbeginS.o defines this handle: pthread_atfork (libc_nonshared.a)
+ * registers the handlers under it. Weak: a program that links our objects
+ * (the static archive, the sanitizer builds) has its own from crtbegin. */
+__attribute__((weak, visibility("hidden"))) void *__dso_handle = &__dso_handle;
+
 void fork_handlers_install(void) {
     pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
