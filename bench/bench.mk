@@ -2,17 +2,17 @@
 # LIB_SO and the `lib` target. The runner is bench/run.py (Python 3 stdlib):
 # harness.py runs and measures, suite.py is `make bench`, fast_path.py the
 # instruction and check-cost figures, cache_sim.py the simulated cache misses,
-# release.py ebizzy and ghostscript, scaling.py the thread-scaling table (for
-# a machine with many CPUs).
+# release.py ebizzy and ghostscript, latency.py single calls' latency,
+# scaling.py the thread-scaling table (for a machine with many CPUs).
 BENCH_DIR    := $(BUILD)/bench
 BENCH_CFLAGS := -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Werror -pthread
-BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn threadwave pair ebizzy arena_pairs patterns faultcost hostprobe page_model lent_loop
+BENCH_PROGS  := launch churn prodcons larson falseshare mstress large threadchurn threadwave pair ebizzy arena_pairs patterns faultcost hostprobe page_model lent_loop latency
 BENCH_BINS   := $(addprefix $(BENCH_DIR)/,$(BENCH_PROGS))
 BENCH_PY     ?= /usr/bin/python3
 # Extra arguments for the runner, e.g. BENCH_ARGS="--reps 3 --only larson,churn"
 BENCH_ARGS   ?=
 
-.PHONY: bench bench-quick bench-insns bench-checks bench-cache bench-ebizzy bench-gs bench-scaling bench-build
+.PHONY: bench bench-quick bench-insns bench-checks bench-cache bench-ebizzy bench-gs bench-latency bench-scaling bench-build
 
 bench-build: $(BENCH_BINS) $(BENCH_DIR)/rss_parts.so $(BENCH_DIR)/live_bound.so
 
@@ -42,6 +42,9 @@ bench-ebizzy: lib bench-build
 
 bench-gs: lib bench-build
 	$(BENCH_PY) bench/run.py gs $(BENCH_ARGS)
+
+bench-latency: lib bench-build
+	$(BENCH_PY) bench/run.py latency $(BENCH_ARGS)
 
 bench-scaling: lib bench-build
 	$(BENCH_PY) bench/run.py scaling $(BENCH_ARGS)

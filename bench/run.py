@@ -7,6 +7,7 @@
     run.py cache   cachegrind's simulated L1 and 1 MiB L2 misses, one thread
     run.py ebizzy  ebizzy-like records/s and sys time, 1 and 2 threads
     run.py gs      ghostscript average RSS and wall time (seed 001)
+    run.py latency single malloc and free calls' latency: percentiles, tail
     run.py scaling [--threads 1,2,4] [--md FILE] [--from-runs FILE,FILE]
                    the multithreaded benchmarks by thread count (weak scaling)
 
@@ -22,6 +23,7 @@ import sys
 from harness import BIN, log
 from cache_sim import cmd_cache
 from fast_path import cmd_checks, cmd_insns
+from latency import cmd_latency
 from release import cmd_ebizzy, cmd_gs
 from scaling import cmd_scaling
 from suite import BENCHMARKS, cmd_bench
@@ -32,7 +34,7 @@ from suite import BENCHMARKS, cmd_bench
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["bench", "quick", "insns", "checks", "cache", "ebizzy", "gs",
-                                        "scaling", "list"])
+                                        "latency", "scaling", "list"])
     ap.add_argument("--reps", type=int, default=0, help="repetitions (default 7; quick 3)")
     ap.add_argument("--only", type=lambda s: s.split(","), default=None, help="benchmarks, comma-separated")
     ap.add_argument("--allocs", type=lambda s: s.split(","), default=None, help="allocators, comma-separated")
@@ -56,7 +58,7 @@ def main():
     if args.command in ("bench", "quick"):
         return cmd_bench(args, args.command == "quick")
     return {"insns": cmd_insns, "checks": cmd_checks, "cache": cmd_cache, "ebizzy": cmd_ebizzy,
-            "gs": cmd_gs, "scaling": cmd_scaling}[args.command](args)
+            "gs": cmd_gs, "latency": cmd_latency, "scaling": cmd_scaling}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -235,3 +235,35 @@ PYEOF
 )
 if [ "$out" = ok ]; then pass bench-scaling-summary
 else fail bench-scaling-summary "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+
+# make bench-latency's program and parser: the table has its three rows, each
+# row's percentiles rise to its maximum and its counts of slow calls fall
+# with the threshold, the control region is timed at every step, and the
+# mallocs, which depend on each thread's own steps only, are the same from
+# run to run (build/bench/latency; bench/latency.py).
+if ! make -s build/bench/latency build/libtidemalloc.so >"$TMP/make-latency.log" 2>&1; then
+  fail bench-latency "$(tr '\n' ' ' < "$TMP/make-latency.log" | cut -c1-300)"
+else
+  for run in 1 2; do
+    LD_PRELOAD=$ROOT/build/libtidemalloc.so "$ROOT/build/bench/latency" 2 20000 4 \
+      > "$TMP/latency$run.out" 2>&1
+  done
+  out=$(cd "$ROOT/bench" && TMPD="$TMP" python3 - <<'PYEOF' 2>&1
+import os
+from latency import parse
+runs = [parse(open(os.path.join(os.environ["TMPD"], "latency%d.out" % i)).read()) for i in (1, 2)]
+ok = all(r is not None for r in runs)
+for r in runs if ok else []:
+    for kind, row in r.items():
+        tail = [row[c] for c in ("p50", "p90", "p99", "p99.9", "p99.99", "max")]
+        ok = ok and all(a <= b for a, b in zip(tail, tail[1:])) and tail[0] > 0
+        ok = ok and row["count"] >= row["over10us"] >= row["over100us"] >= row["over1ms"] >= 0
+    ok = ok and r["empty"]["count"] == 2 * 20000 and 0 < r["free"]["count"] <= r["malloc"]["count"]
+ok = ok and runs[0]["malloc"]["count"] == runs[1]["malloc"]["count"]
+ok = ok and parse("malloc 1 2 3\n") is None
+print("ok" if ok else "wrong: %r" % runs)
+PYEOF
+)
+  if [ "$out" = ok ]; then pass bench-latency
+  else fail bench-latency "$(echo "$out" | tail -3 | tr '\n' ' ' | cut -c1-400)"; fi
+fi
