@@ -15,11 +15,13 @@ extern "C" {
 /* mallopt() parameters of our own. glibc 2.36 uses -1..-8 and 1..4. */
 #define M_AGGRESSIVE_MADVISE (-9)   /* 1: give whole free pages back at once (seed 001) */
 #define M_PURGE_DELAY_MS     (-100) /* ms a free range must stay unused before release */
-#define M_BACKGROUND_PURGE   (-101) /* 1 (default): an idle process still gets memory back */
-#define M_RETAIN_PERCENT     (-102) /* free memory kept, as % of memory in use (0: no bound) */
-#define M_BATCHED_RELEASE    (-103) /* 1 (default): release ranges with one process_madvise */
-#define M_POPULATE           (-104) /* 1 (default): realloc populates the pages its copy writes */
-#define M_REFAULT_PERCENT    (-105) /* % of CPU time refaults may take before the bound pauses */
+#define M_BACKGROUND_PURGE                                                                         \
+    (-101)                       /* 1 (default): an idle process still gets memory back;           \
+                                    2: the helper makes every release */
+#define M_RETAIN_PERCENT  (-102) /* free memory kept, as % of memory in use (0: no bound) */
+#define M_BATCHED_RELEASE (-103) /* 1 (default): release ranges with one process_madvise */
+#define M_POPULATE        (-104) /* 1 (default): realloc populates the pages its copy writes */
+#define M_REFAULT_PERCENT (-105) /* % of CPU time refaults may take before the bound pauses */
 #define M_FITTED_CLASSES                                                                           \
     (-106) /* 1 (default): a class over 1 KiB may get one fitted to its sizes */
 

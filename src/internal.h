@@ -101,7 +101,9 @@ struct options {
     int mmap_max;             /* most live direct mappings (0 or less: never map directly) */
     bool dynamic_threshold;   /* glibc's adaptive mmap threshold still on */
     bool aggressive_madvise;  /* seed 001: release free pages at once */
-    bool background_purge;    /* a helper thread releases memory of idle processes */
+    uint8_t background_purge; /* 1: a helper thread releases memory of idle processes;
+                                 2: it makes every release (no call waits for one);
+                                 0: no helper */
     bool batched_release;     /* a pass's ranges go back in one process_madvise call;
                                  cleared when the kernel refuses one */
     bool populate;            /* realloc's copy populates the untouched pages it will

@@ -26,7 +26,7 @@ struct options g_options = {
     .mmap_max = DEFAULT_MMAP_MAX,
     .dynamic_threshold = true,
     .aggressive_madvise = false,
-    .background_purge = true,
+    .background_purge = 1,
     .batched_release = true,
     .populate = true,
     .print_stats = false,
@@ -134,8 +134,8 @@ RARE static int set_option(int param, long value) {
         OPTION_SET(purge_delay_ms, (uint32_t)value);
         return 1;
     case M_BACKGROUND_PURGE:
-        if (value != 0 && value != 1) return 0;
-        OPTION_SET(background_purge, value == 1);
+        if (value < 0 || value > 2) return 0;
+        OPTION_SET(background_purge, (uint8_t)value);
         return 1;
     case M_BATCHED_RELEASE:
         if (value != 0 && value != 1) return 0;

@@ -97,7 +97,18 @@ uintptr_t g_purger_stack_low;
  * (`rel_helper_wakeups idle`: 15 wakeups in 1.5 s with a 60 s delay; 0-1
  * now). */
 #define PURGER_BOUND_MS 100 /* jemalloc's background thread sleeps as little */
-static bool retain_bound_pass(uint32_t now, bool helper);
+/* M_BACKGROUND_PURGE 2: the frees only ask, and the helper makes the passes
+ * they would have made, at their rate (PRESSURE_INTERVAL_MS apart while
+ * asked) and with their age (PRESSURE_MIN_AGE_MS, not stretched by a CPU
+ * share: the helper's own wait tells nothing of the program's threads'), so
+ * that no call of the program waits for a release (`make bench-latency`,
+ * two threads on two CPUs: frees over 100 us 34 a run by default, 4 with
+ * 2; the helper's CPU time then comes out of the threads', docs/tuning.md
+ * "Latency"). */
+#define PURGER_ALL_NAP_MS 4
+#define PURGER_ALL_AGE_MS 2
+static bool retain_bound_pass(uint32_t now, uint32_t helper_age_ms);
+static bool purge_passes_due(uint32_t now, uint32_t helper_age_ms);
 static int purger_main(void *unused) {
     (void)unused;
     /* idle: passes in a row that found nothing; past PURGER_IDLE_PASSES,
@@ -107,7 +118,8 @@ static int purger_main(void *unused) {
         if (delay < 10) delay = 10;
         /* acquire: pairs with purger_wake's exchange; nothing else is shared */
         uint32_t asked = atomic_load_explicit(&purger_request, memory_order_acquire);
-        uint32_t wait = asked ? PURGER_BOUND_MS : delay;
+        bool all = OPTION(background_purge) == 2;
+        uint32_t wait = asked ? (all ? PURGER_ALL_NAP_MS : PURGER_BOUND_MS) : delay;
         struct timespec t = {wait / 1000, (long)(wait % 1000) * 1000000L};
         /* asked: a nap no free cuts short, since they find the request set;
          * else until a free asks, or the delay ends (no end once idle) */
@@ -117,7 +129,9 @@ static int purger_main(void *unused) {
             /* relaxed, both: taken; the frees after this ask again, and so
              * does a look that leaves memory over the bound to come */
             atomic_store_explicit(&purger_request, 0, memory_order_relaxed);
-            if (retain_bound_pass(clock_ms(), true))
+            uint32_t now = clock_ms();
+            if (all ? purge_passes_due(now, PURGER_ALL_AGE_MS)
+                    : retain_bound_pass(now, PURGER_BOUND_MS))
                 atomic_store_explicit(&purger_request, 1, memory_order_relaxed);
             idle = 0; /* the delay starts again after the look */
             continue;
@@ -330,8 +344,11 @@ static bool over_retain_bound(uint32_t now, uint64_t *target, bool *later) {
  * more time (interleaved medians of 15-21); no other benchmark of the
  * suite moved. The interval keeps a program that frees and allocates past
  * the bound over and over from paying a syscall per free. */
-#define PRESSURE_INTERVAL_MS   4
-#define PRESSURE_MIN_AGE_MS    2
+#define PRESSURE_INTERVAL_MS 4
+#define PRESSURE_MIN_AGE_MS  2
+_Static_assert(PURGER_ALL_NAP_MS == PRESSURE_INTERVAL_MS &&
+                   PURGER_ALL_AGE_MS == PRESSURE_MIN_AGE_MS,
+               "the helper's passes in M_BACKGROUND_PURGE 2 are a free's");
 #define PRESSURE_MAX_AGE_MS    100
 #define PRESSURE_SHARE_SPAN_MS 20 /* longest span the CPU share is taken over */
 static _Atomic uint32_t last_pressure_pass_ms;
@@ -534,12 +551,13 @@ RARE static NOINLINE void refault_sample(uint32_t now) {
 }
 
 /* The bound's pass, at most one every PRESSURE_INTERVAL_MS, whoever runs
- * it. The helper's releases what has been free for PURGER_BOUND_MS: its own
- * wait for a CPU tells nothing of the program's threads', and it must not
- * read their thread-local words either (pressure_min_age_ms). Returns true
- * if the helper should look again: the memory is over the bound or may be
- * (over_retain_bound's `later`), or the rate limit skipped the look. */
-static bool retain_bound_pass(uint32_t now, bool helper) {
+ * it. The helper's (helper_age_ms not 0) releases what has been free for
+ * that long: its own wait for a CPU tells nothing of the program's
+ * threads', and it must not read their thread-local words either
+ * (pressure_min_age_ms). Returns true if the helper should look again: the
+ * memory is over the bound or may be (over_retain_bound's `later`), or the
+ * rate limit skipped the look. */
+static bool retain_bound_pass(uint32_t now, uint32_t helper_age_ms) {
     /* relaxed: rate limiting only, as below */
     uint32_t last_pressure = atomic_load_explicit(&last_pressure_pass_ms, memory_order_relaxed);
     uint64_t target;
@@ -547,7 +565,7 @@ static bool retain_bound_pass(uint32_t now, bool helper) {
     if ((uint32_t)(now - last_pressure) >= PRESSURE_INTERVAL_MS &&
         over_retain_bound(now, &target, &later) && spin_try_lock(&g_purge_lock)) {
         atomic_store_explicit(&last_pressure_pass_ms, now, memory_order_relaxed);
-        purge_pass(now, helper ? PURGER_BOUND_MS : pressure_min_age_ms(), false, target);
+        purge_pass(now, helper_age_ms ? helper_age_ms : pressure_min_age_ms(), false, target);
         spin_unlock(&g_purge_lock);
     }
     return later;
@@ -566,7 +584,14 @@ void purge_after_free(void) {
         }
     }
     if (retained_total() <= retain_limit()) return;
-    uint32_t now = clock_ms();
+    if (OPTION(background_purge) != 2) purge_passes_due(clock_ms(), 0);
+    if (retained_total() > retain_limit()) purger_wake();
+}
+
+/* The passes due past the trim limit: a free's (helper_age_ms 0) or the
+ * helper's in M_BACKGROUND_PURGE 2 (see retain_bound_pass). Returns what
+ * the bound's pass does. */
+static bool purge_passes_due(uint32_t now, uint32_t helper_age_ms) {
     /* relaxed, all: rate limiting and a trigger (refault_sample checks the
      * time again under its own lock) */
     if ((uint32_t)(now - atomic_load_explicit(&refault_sampled_ms, memory_order_relaxed)) >=
@@ -575,7 +600,7 @@ void purge_after_free(void) {
             atomic_load_explicit(&refault_sample_bytes, memory_order_relaxed) &&
         !retain_one_growing_heap())
         refault_sample(now);
-    retain_bound_pass(now, false);
+    bool later = retain_bound_pass(now, helper_age_ms);
     /* relaxed: rate limiting only */
     uint32_t last_idle = atomic_load_explicit(&last_idle_owner_pass_ms, memory_order_relaxed);
     if (remote_freed_page_bytes() > 0 && (uint32_t)(now - last_idle) >= idle_owner_interval_ms() &&
@@ -593,7 +618,7 @@ void purge_after_free(void) {
         purge_pass(now, delay, false, 0);
         spin_unlock(&g_purge_lock);
     }
-    if (retained_total() > retain_limit()) purger_wake();
+    return later;
 }
 
 RARE bool purge_everything(size_t pad) {

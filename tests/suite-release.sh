@@ -172,6 +172,11 @@ run idle-background-purge-off TIDEMALLOC_BACKGROUND_PURGE=0 TIDEMALLOC_RETAIN_PE
 # napping every 100 ms; memory past the bound still goes back soon.
 run helper-wakeups-idle TIDEMALLOC_PURGE_DELAY_MS=60000 -- rel_helper_wakeups idle
 run helper-wakeups-bound TIDEMALLOC_PURGE_DELAY_MS=60000 -- rel_helper_wakeups bound
+# M_BACKGROUND_PURGE 2: the helper makes every release, none of the main
+# thread's calls (a seccomp filter traps them); the default is the control
+run background-all TIDEMALLOC_BACKGROUND_PURGE=2 -- rel_background_all helper
+run background-all-mallopt -- rel_background_all mallopt
+run background-all-control -- rel_background_all inline
 # Blocks other threads freed into a sleeping (or exited) thread's pages. The
 # retain bound is off where the idle path is tested: on a loaded machine the
 # frees took over its age (5 ms then, 2 ms now) and it released the pages during them (seen
