@@ -24,9 +24,16 @@
 
 struct spin_lock g_purge_lock = SPIN_LOCK_INIT; /* one purger at a time */
 static _Atomic uint32_t last_pass_ms;           /* start of the latest pass */
-static _Atomic int purger_state;                /* 0: none, 1: starting, 2: running */
-static _Atomic uint32_t purger_request;         /* futex word: 1 = work waiting */
-#define PURGER_IDLE_PASSES 3                    /* empty passes before the helper sleeps for good */
+static _Atomic int purger_state;                /* 0: none, 1: starting, 2: running,
+                                                   3: its start failed */
+static _Atomic uint32_t purger_failed_ms;       /* when it last failed to start */
+/* A start that fails (clone refused: RLIMIT_NPROC, a cgroup's pids.max, a
+ * seccomp filter) is tried again at most once a second: every free past the
+ * trim threshold tried again, mapping a stack each time and leaving it (2,302
+ * clone calls and 147 MiB of address space in 1 s, seventy-third session). */
+#define PURGER_RETRY_MS 1000
+static _Atomic uint32_t purger_request; /* futex word: 1 = work waiting */
+#define PURGER_IDLE_PASSES 3            /* empty passes before the helper sleeps for good */
 
 static uint64_t retained_total(void) {
     /* relaxed: a trigger; a slightly stale total only shifts a pass a little. */
@@ -161,7 +168,12 @@ static void *purger_pthread(void *unused) {
 static void purger_wake(void) {
     if (!OPTION(background_purge)) return;
     int state = atomic_load_explicit(&purger_state, memory_order_acquire);
-    if (state == 0) {
+    /* relaxed: a rate limit; the exchange below decides who tries */
+    if (state == 3 &&
+        (uint32_t)(clock_ms() - atomic_load_explicit(&purger_failed_ms, memory_order_relaxed)) <
+            PURGER_RETRY_MS)
+        return;
+    if (state == 0 || state == 3) {
         if (!atomic_compare_exchange_strong_explicit(&purger_state, &state, 1, memory_order_acq_rel,
                                                      memory_order_acquire))
             return;
@@ -191,7 +203,13 @@ static void purger_wake(void) {
 #endif
             pthread_sigmask(SIG_SETMASK, &old, NULL);
         }
-        atomic_store_explicit(&purger_state, ok ? 2 : 0, memory_order_release);
+        if (!ok) {
+            if (stack) os_unmap(stack, PURGER_STACK_SIZE);
+            g_purger_stack_low = 0;
+            /* relaxed: a rate limit, published by the state's release */
+            atomic_store_explicit(&purger_failed_ms, clock_ms(), memory_order_relaxed);
+        }
+        atomic_store_explicit(&purger_state, ok ? 2 : 3, memory_order_release);
         if (!ok) return;
     } else if (state == 1) {
         return;
@@ -584,7 +602,10 @@ void purge_after_free(void) {
         }
     }
     if (retained_total() <= retain_limit()) return;
-    if (OPTION(background_purge) != 2) purge_passes_due(clock_ms(), 0);
+    /* relaxed (the state): a helper that could not start leaves them here */
+    if (OPTION(background_purge) != 2 ||
+        atomic_load_explicit(&purger_state, memory_order_relaxed) != 2)
+        purge_passes_due(clock_ms(), 0);
     if (retained_total() > retain_limit()) purger_wake();
 }
 

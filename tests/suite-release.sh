@@ -177,6 +177,10 @@ run helper-wakeups-bound TIDEMALLOC_PURGE_DELAY_MS=60000 -- rel_helper_wakeups b
 run background-all TIDEMALLOC_BACKGROUND_PURGE=2 -- rel_background_all helper
 run background-all-mallopt -- rel_background_all mallopt
 run background-all-control -- rel_background_all inline
+# the helper cannot start (clone refused): tried again at most once a second,
+# and the frees release in its stead
+run helper-refused -- rel_helper_refused
+run helper-refused-background-all TIDEMALLOC_BACKGROUND_PURGE=2 -- rel_helper_refused
 # Blocks other threads freed into a sleeping (or exited) thread's pages. The
 # retain bound is off where the idle path is tested: on a loaded machine the
 # frees took over its age (5 ms then, 2 ms now) and it released the pages during them (seen
