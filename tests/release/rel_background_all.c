@@ -40,11 +40,7 @@ static void on_sigsys(int sig, siginfo_t *info, void *context) {
 
 /* Traps this thread's munmap, process_madvise and madvise(MADV_DONTNEED). */
 static void trap_releases(void) {
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_sigaction = on_sigsys;
-    action.sa_flags = SA_SIGINFO;
-    REL_CHECK(sigaction(SIGSYS, &action, NULL) == 0, "sigaction failed");
+    rel_on_sigsys(on_sigsys);
     struct sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_munmap, 4, 0),
@@ -60,19 +56,8 @@ static void trap_releases(void) {
 
 /* 48 MiB in, touched, and out again; then a block in and out for `ms`. */
 static void burst_then_churn(long ms) {
-    for (int i = 0; i < BLOCKS; i++) {
-        blocks[i] = malloc(BLOCK);
-        REL_CHECK(blocks[i] != NULL, "malloc(%zu) failed", BLOCK);
-        rel_touch(blocks[i], BLOCK);
-    }
-    for (int i = 0; i < BLOCKS; i++)
-        free(blocks[i]);
-    double end = rel_now_s() + (double)ms / 1000;
-    while (rel_now_s() < end) {
-        void *p = malloc(BLOCK); /* its page empties at each free: a free's passes */
-        REL_CHECK(p != NULL, "malloc(%zu) failed", BLOCK);
-        free(p);
-    }
+    rel_burst(blocks, BLOCKS, BLOCK);
+    rel_block_in_and_out(BLOCK, (double)ms / 1000);
 }
 
 int main(int argc, char **argv) {

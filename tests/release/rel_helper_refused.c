@@ -39,21 +39,8 @@ static void refuse_clone(void) {
 int main(void) {
     refuse_clone();
     struct tidemalloc_stats before = rel_stats();
-    for (int i = 0; i < BLOCKS; i++) {
-        blocks[i] = malloc(BLOCK);
-        REL_CHECK(blocks[i] != NULL, "malloc(%zu) failed", BLOCK);
-        rel_touch(blocks[i], BLOCK);
-    }
-    for (int i = 0; i < BLOCKS; i++)
-        free(blocks[i]);
-    double end = rel_now_s() + 1.5;
-    long frees = 0;
-    while (rel_now_s() < end) {
-        void *p = malloc(BLOCK); /* its page empties at each free */
-        REL_CHECK(p != NULL, "malloc(%zu) failed", BLOCK);
-        free(p);
-        frees++;
-    }
+    rel_burst(blocks, BLOCKS, BLOCK);
+    long frees = rel_block_in_and_out(BLOCK, 1.5);
     struct tidemalloc_stats after = rel_stats();
     size_t released = after.bytes_released - before.bytes_released;
     uint64_t maps = after.mmap_calls - before.mmap_calls;

@@ -55,11 +55,7 @@ static void on_sigsys(int sig, siginfo_t *info, void *context) {
 /* madvise(..., MADV_POPULATE_WRITE) raises SIGSYS (kill: ends the
  * process); everything else runs. */
 static void trap_populate(int kill) {
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_sigaction = on_sigsys;
-    action.sa_flags = SA_SIGINFO;
-    REL_CHECK(sigaction(SIGSYS, &action, NULL) == 0, "sigaction failed");
+    rel_on_sigsys(on_sigsys);
     unsigned verdict = kill ? SECCOMP_RET_KILL_PROCESS : SECCOMP_RET_TRAP;
     struct sock_filter filter[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),

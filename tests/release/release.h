@@ -15,6 +15,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -104,12 +105,52 @@ static inline size_t rel_rss(void) {
     return (size_t)res * (size_t)sysconf(_SC_PAGESIZE);
 }
 
+/* SIGSYS goes to `handler` (with SA_SIGINFO): a filter's SECCOMP_RET_TRAP
+ * calls it instead of the system call, whose result it sets in the
+ * context's RAX. */
+static inline void rel_on_sigsys(void (*handler)(int, siginfo_t *, void *)) {
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_sigaction = handler;
+    action.sa_flags = SA_SIGINFO;
+    if (sigaction(SIGSYS, &action, NULL) != 0) REL_FAIL("sigaction failed");
+}
+
 /* Writes one byte in every page of [p, p + n). */
 static inline void rel_touch(void *p, size_t n) {
     volatile unsigned char *c = p;
     for (size_t i = 0; i < n; i += 4096)
         c[i] = (unsigned char)(i >> 12 | 1);
     if (n) c[n - 1] = 1;
+}
+
+/* `count` blocks of `size` bytes taken, every page written, and all freed:
+ * that much memory free at once. */
+static inline void rel_burst(void **blocks, int count, size_t size) {
+    for (int i = 0; i < count; i++) {
+        blocks[i] = malloc(size);
+        REL_CHECK(blocks[i] != NULL, "malloc(%zu) failed", size);
+        rel_touch(blocks[i], size);
+    }
+    for (int i = 0; i < count; i++)
+        free(blocks[i]);
+}
+
+static inline double rel_now_s(void);
+
+/* A block of `size` bytes taken and freed again and again for `seconds`;
+ * a block with a page of its own (64 KiB and more) empties that page at
+ * each free, which then runs a free's release passes. Returns how many. */
+static inline long rel_block_in_and_out(size_t size, double seconds) {
+    double end = rel_now_s() + seconds;
+    long count = 0;
+    while (rel_now_s() < end) {
+        void *p = malloc(size);
+        REL_CHECK(p != NULL, "malloc(%zu) failed", size);
+        free(p);
+        count++;
+    }
+    return count;
 }
 
 static inline double rel_mib(size_t bytes) {
