@@ -18,11 +18,11 @@ struct spin_lock {
  * its stack. */
 extern __thread unsigned t_locks_held __attribute__((tls_model("initial-exec")))
 __attribute__((visibility("hidden")));
-extern uintptr_t g_purger_stack_low __attribute__((visibility("hidden")));
 #define PURGER_STACK_SIZE ((uintptr_t)64 * 1024)
+extern char g_purger_stack[PURGER_STACK_SIZE] __attribute__((visibility("hidden")));
 
 static inline bool on_purger_stack(void) {
-    return (uintptr_t)__builtin_frame_address(0) - g_purger_stack_low < PURGER_STACK_SIZE;
+    return (uintptr_t)__builtin_frame_address(0) - (uintptr_t)g_purger_stack < PURGER_STACK_SIZE;
 }
 #define SPIN_LOCK_INIT                                                                             \
     { 0 }

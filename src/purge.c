@@ -28,9 +28,9 @@ static _Atomic int purger_state;                /* 0: none, 1: starting, 2: runn
                                                    3: its start failed */
 static _Atomic uint32_t purger_failed_ms;       /* when it last failed to start */
 /* A start that fails (clone refused: RLIMIT_NPROC, a cgroup's pids.max, a
- * seccomp filter) is tried again at most once a second: every free past the
- * trim threshold tried again, mapping a stack each time and leaving it (2,302
- * clone calls and 147 MiB of address space in 1 s, seventy-third session). */
+ * seccomp filter) is tried again at most once a second: until the
+ * seventy-third session every free past the trim threshold tried again
+ * (2,302 clone calls in 1 s), each leaving a 64 KiB stack mapping behind. */
 #define PURGER_RETRY_MS 1000
 static _Atomic uint32_t purger_request; /* futex word: 1 = work waiting */
 #define PURGER_IDLE_PASSES 3            /* empty passes before the helper sleeps for good */
@@ -86,8 +86,13 @@ static bool purge_pass(uint32_t now, uint32_t min_age_ms, bool everything, uint6
  * (it shares the creating thread's, and never touches it: os.c makes raw
  * syscalls, lock.h keeps no count on this stack). Unlike a pthread it does not
  * make glibc treat the process as multithreaded, so a single-threaded
- * program keeps fork() async-signal-safe (glibc's tst-mallocfork2). */
-uintptr_t g_purger_stack_low;
+ * program keeps fork() async-signal-safe (glibc's tst-mallocfork2). Its stack
+ * is an array of the library's own, untouched (and not resident) until a
+ * helper runs, at an address fixed at load time: until the seventy-third
+ * session it was mapped at the start and its address kept in a word that
+ * every lock read, a data race ThreadSanitizer saw, and a start that failed
+ * left its mapping behind. A fork child's helper takes it again. */
+LARGE_BSS __attribute__((aligned(64))) char g_purger_stack[PURGER_STACK_SIZE];
 
 /* The retain bound's passes run on frees: when the frees stop, memory past
  * the bound that was too young for the last of them (PRESSURE_MIN_AGE_MS, or
@@ -177,38 +182,30 @@ static void purger_wake(void) {
         if (!atomic_compare_exchange_strong_explicit(&purger_state, &state, 1, memory_order_acq_rel,
                                                      memory_order_acquire))
             return;
-        char *stack = os_map(PURGER_STACK_SIZE);
-        bool ok = false;
-        if (stack) {
-            g_purger_stack_low = (uintptr_t)stack;
-            /* every signal: glibc's pthread_sigmask keeps its own internal
-             * ones unblocked, as sigfillset would (one import fewer) */
-            sigset_t all, old;
-            memset(&all, 0xff, sizeof all);
-            pthread_sigmask(SIG_SETMASK, &all, &old); /* the purger takes no signals */
+        /* every signal: glibc's pthread_sigmask keeps its own internal ones
+         * unblocked, as sigfillset would (one import fewer) */
+        sigset_t all, old;
+        memset(&all, 0xff, sizeof all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* the purger takes no signals */
 #ifdef TIDEMALLOC_PREFIX
-            /* sanitizer test builds: ThreadSanitizer only understands pthreads */
-            pthread_t thread;
-            pthread_attr_t attr;
-            pthread_attr_init(&attr);
-            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-            g_purger_stack_low = 0;
-            ok = pthread_create(&thread, &attr, purger_pthread, NULL) == 0;
-            pthread_attr_destroy(&attr);
+        /* sanitizer test builds: ThreadSanitizer only understands pthreads
+         * (which run on stacks of their own, so no lock counts as the
+         * purger's) */
+        pthread_t thread;
+        pthread_attr_t attr;
+        pthread_attr_init(&attr);
+        pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+        bool ok = pthread_create(&thread, &attr, purger_pthread, NULL) == 0;
+        pthread_attr_destroy(&attr);
 #else
-            ok = clone(purger_main, stack + PURGER_STACK_SIZE,
-                       CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
-                           CLONE_SYSVSEM,
-                       NULL) > 0;
+        bool ok =
+            clone(purger_main, g_purger_stack + PURGER_STACK_SIZE,
+                  CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD | CLONE_SYSVSEM,
+                  NULL) > 0;
 #endif
-            pthread_sigmask(SIG_SETMASK, &old, NULL);
-        }
-        if (!ok) {
-            if (stack) os_unmap(stack, PURGER_STACK_SIZE);
-            g_purger_stack_low = 0;
-            /* relaxed: a rate limit, published by the state's release */
-            atomic_store_explicit(&purger_failed_ms, clock_ms(), memory_order_relaxed);
-        }
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        /* relaxed: a rate limit, published by the state's release */
+        if (!ok) atomic_store_explicit(&purger_failed_ms, clock_ms(), memory_order_relaxed);
         atomic_store_explicit(&purger_state, ok ? 2 : 3, memory_order_release);
         if (!ok) return;
     } else if (state == 1) {
@@ -652,7 +649,6 @@ RARE bool purge_everything(size_t pad) {
 
 void purge_atfork_child(void) {
     atomic_store_explicit(&purger_state, 0, memory_order_relaxed); /* no helper in the child */
-    g_purger_stack_low = 0;
     atomic_store_explicit(&purger_request, 0, memory_order_relaxed);
 }
 

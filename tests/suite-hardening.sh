@@ -116,6 +116,12 @@ for mode in core stats fitted; do
   run "tsan-$mode" 300 env TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 \
     "${norand[@]}" "$bdir/mt_tsan" "$mode" "$san_ops"
 done
+# the purge helper making every release beside the threads and the
+# statistics reader (it found the helper's stack address raced with every
+# lock's read of it, seventy-third session)
+run tsan-helper 300 env TIDEMALLOC_BACKGROUND_PURGE=2 \
+  TSAN_OPTIONS=halt_on_error=1:exitcode=66:second_deadlock_stack=1 \
+  "${norand[@]}" "$bdir/mt_tsan" stats "$san_ops"
 for mode in core stats fitted; do
   run "ubsan-$mode" 300 env UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     "$bdir/mt_ubsan" "$mode" "$san_ops"

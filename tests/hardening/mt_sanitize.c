@@ -333,14 +333,10 @@ int main(int argc, char **argv) {
     int with_stats = strcmp(mode, "stats") == 0, fitted = strcmp(mode, "fitted") == 0;
     if (!with_stats && !fitted && strcmp(mode, "core") != 0)
         DIE("usage: mt_sanitize core|stats|fitted [ops per thread]");
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-    /* The purge helper is a bare clone() sharing its creator's TLS: TSan
-     * takes the clone for a fork and its runtime check fails. Purges still
-     * run inline on the freeing threads. */
-    tm_mallopt(M_BACKGROUND_PURGE, 0);
-#endif
-#endif
+    /* The purge helper runs here too: in these builds it is a pthread
+     * (purge.c), whose runtime ThreadSanitizer knows (the released library's
+     * bare clone() it would take for a fork). TIDEMALLOC_BACKGROUND_PURGE=2
+     * gives it every release (tests/suite-hardening.sh, tsan-helper). */
     tm_free(tm_malloc(16)); /* the allocator's key first */
     if (fitted) {
         fitted_run();
