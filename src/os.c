@@ -130,10 +130,32 @@ RARE void *os_map_after_trims(void *(*map)(size_t size), size_t size, uint64_t g
     return p;
 }
 
+/* A release the kernel refused (a sandbox's seccomp filter, EINVAL on
+ * locked memory) is not tried again for RELEASE_REFUSED_MS: every pass tried
+ * every range again, 2,800 refused calls a second (rel_release_refused,
+ * seventy-third session). The memory stays retained and is reused. */
+#define RELEASE_REFUSED_MS 1000
+static _Atomic uint32_t release_refused_ms; /* when one was last refused; 0: never */
+
+/* Out of the code every program maps: only a refusal runs them. */
+RARE static NOINLINE bool release_refused_lately(uint32_t refused) {
+    return (uint32_t)(clock_ms() - refused) < RELEASE_REFUSED_MS;
+}
+RARE static NOINLINE void release_refused_note(void) {
+    /* relaxed: a rate limit; a stale value costs one refused call more */
+    atomic_store_explicit(&release_refused_ms, clock_ms() | 1, memory_order_relaxed);
+}
+
 bool os_release(void *address, size_t size) {
+    /* relaxed: as in release_refused_note */
+    uint32_t refused = atomic_load_explicit(&release_refused_ms, memory_order_relaxed);
+    if (unlikely(refused != 0) && release_refused_lately(refused)) return false;
     COUNT(madvise_calls, 1);
     bool ok = raw_syscall6(SYS_madvise, (long)address, (long)size, MADV_DONTNEED, 0, 0, 0) == 0;
-    if (ok) COUNT(bytes_released, size);
+    if (ok)
+        COUNT(bytes_released, size);
+    else
+        release_refused_note();
     return ok;
 }
 

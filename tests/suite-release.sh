@@ -181,6 +181,8 @@ run background-all-control -- rel_background_all inline
 # and the frees release in its stead
 run helper-refused -- rel_helper_refused
 run helper-refused-background-all TIDEMALLOC_BACKGROUND_PURGE=2 -- rel_helper_refused
+# releases refused (a sandbox): not tried again at every pass
+run release-refused -- rel_release_refused
 # Blocks other threads freed into a sleeping (or exited) thread's pages. The
 # retain bound is off where the idle path is tested: on a loaded machine the
 # frees took over its age (5 ms then, 2 ms now) and it released the pages during them (seen
