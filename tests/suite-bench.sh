@@ -267,3 +267,47 @@ PYEOF
   if [ "$out" = ok ]; then pass bench-latency
   else fail bench-latency "$(echo "$out" | tail -3 | tr '\n' ' ' | cut -c1-400)"; fi
 fi
+
+# bench/pairs.py, the runner of paired rounds that a session's figures quote:
+# its arithmetic (median ratios round by round, rounds lower, the order of a
+# round), and a real run: each build's preload and settings reach its own
+# runs only, a failing run stops it with status 1, an unknown build is a
+# usage error (2).
+out=$(cd "$ROOT/bench" && python3 - <<'PYEOF' 2>&1
+from pairs import round_order, summarise
+runs = [[(1, 1, 100, 10), (2, 2, 100, 10), (1, 1, 100, 10)],
+        [(2, 0.5, 200, 5), (2, 4, 100, 5), (3, 3, 100, 5)]]
+s = summarise(runs)
+ok = (s[0]["wall_ratio"] == 1 and s[0]["cpu_ratio"] == 1 and s[0]["lower"] == 0
+      and s[1]["wall_ratio"] == 2 and s[1]["cpu_ratio"] == 2 and s[1]["rss_ratio"] == 1
+      and s[1]["lower"] == 1 and s[1]["wall"] == 2 and s[1]["faults"] == 5
+      and s[1]["cpu_interval"][0] >= 0.5 and s[1]["cpu_interval"][1] <= 3 + 1e-9
+      and round_order(3, 0) == [0, 1, 2] and round_order(3, 1) == [0, 2, 1]
+      and round_order(3, 2) == [2, 0, 1])
+print("ok" if ok else "wrong: %r" % s)
+PYEOF
+)
+if [ "$out" = ok ]; then pass bench-pairs-summary
+else fail bench-pairs-summary "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+if ! make -s build/bench/launch build/libtidemalloc.so >"$TMP/make-pairs.log" 2>&1; then
+  fail bench-pairs "$(tr '\n' ' ' < "$TMP/make-pairs.log" | cut -c1-300)"
+else
+  is_ours='case "$LD_PRELOAD" in *libtidemalloc*) exit 0;; *) exit 1;; esac'
+  python3 bench/pairs.py -n 2 tidemalloc tidemalloc@PAIRS_T=1 -- sh -c "$is_ours" \
+    > "$TMP/pairs1.out" 2>&1; rc1=$?
+  python3 bench/pairs.py -n 2 tidemalloc glibc -- sh -c "$is_ours" > "$TMP/pairs2.out" 2>&1; rc2=$?
+  python3 bench/pairs.py -n 2 glibc glibc@PAIRS_T=1 -- sh -c 'test "$PAIRS_T" = 1' \
+    > "$TMP/pairs3.out" 2>&1; rc3=$?
+  python3 bench/pairs.py -n 1 glibc@PAIRS_T=1 -- sh -c 'test "$PAIRS_T" = 1' \
+    > "$TMP/pairs4.out" 2>&1; rc4=$?
+  python3 bench/pairs.py -n 1 no-such-build -- true > "$TMP/pairs5.out" 2>&1; rc5=$?
+  rows=$(grep -c '^tidemalloc' "$TMP/pairs1.out")
+  if [ $rc1 = 0 ] && [ "$rows" = 2 ] && grep -q '^tidemalloc  .* 1\.000 .*0/2 .* 1\.000$' "$TMP/pairs1.out" &&
+     [ $rc2 = 1 ] && grep -q 'glibc, round .: exit status 1' "$TMP/pairs2.out" &&
+     [ $rc3 = 1 ] && grep -q 'glibc, round .: exit status 1' "$TMP/pairs3.out" &&
+     [ $rc4 = 0 ] && [ $rc5 = 2 ]; then
+    pass bench-pairs
+  else
+    fail bench-pairs "statuses $rc1 $rc2 $rc3 $rc4 $rc5, rows $rows: $(cat "$TMP"/pairs?.out | tr '\n' ' ' | cut -c1-400)"
+  fi
+fi
