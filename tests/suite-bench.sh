@@ -12,6 +12,20 @@ CC=${CC:-cc}
 pass() { echo "PASS $1"; }
 fail() { echo "FAIL $1 $2"; }
 skip() { echo "SKIP $1 $2"; }
+# PASS NAME when a check's output is "ok", else FAIL NAME with its last lines.
+verdict() {
+  if [ "$2" = ok ]; then pass "$1"
+  else fail "$1" "$(echo "$2" | tail -3 | tr '\n' ' ' | cut -c1-400)"; fi
+}
+# make -s TARGETS...; when that fails, FAIL NAME with make's output and
+# return 1.
+built() {
+  local name=$1
+  shift
+  make -s "$@" >"$TMP/make-$name.log" 2>&1 && return 0
+  fail "$name" "$(tr '\n' ' ' < "$TMP/make-$name.log" | cut -c1-300)"
+  return 1
+}
 
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/tm-bench.XXXXXX") || { echo "FAIL bench-setup mktemp"; exit 0; }
 trap 'rm -rf "$TMP"' EXIT
@@ -143,8 +157,7 @@ ok = ok and all(math.isnan(x) for x in p["jemalloc"]["tr_interval"])
 print("ok" if ok else "wrong: %r" % p)
 PYEOF
 )
-if [ "$out" = ok ]; then pass bench-paired-ratio
-else fail bench-paired-ratio "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+verdict bench-paired-ratio "$out"
 
 # The checks' 95% intervals (bench/run.py checks): each benchmark's ratios
 # resampled, the geometric mean of the medians taken each round. Ratios that
@@ -170,8 +183,7 @@ ok = ok and big[1] - big[0] < small[1] - small[0] and small[0] <= median(spread)
 print("ok" if ok else "wrong: %r %r %r %r" % ((lo, hi), point, small, big))
 PYEOF
 )
-if [ "$out" = ok ]; then pass bench-bootstrap-interval
-else fail bench-bootstrap-interval "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+verdict bench-bootstrap-interval "$out"
 
 # make bench-cache's reading of cachegrind's summary: the data misses of the
 # first level (D1) and of the last (LLd), not the instruction or combined
@@ -199,8 +211,7 @@ if shutil.which("valgrind"):
 print("ok" if ok else "wrong: %r" % parse_cachegrind(summary))
 PYEOF
 )
-if [ "$out" = ok ]; then pass bench-cache-parse
-else fail bench-cache-parse "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+verdict bench-cache-parse "$out"
 
 # make bench-scaling's arithmetic: the runs file read back (the machine line
 # kept), ebizzy's records/s turned into the time one thread takes for 1000
@@ -233,17 +244,14 @@ ok = (machine == "test box, 16 CPUs" and counts == [1, 4] and reps == 3
 print("ok" if ok else "wrong: %r %r %r" % (machine, counts, s))
 PYEOF
 )
-if [ "$out" = ok ]; then pass bench-scaling-summary
-else fail bench-scaling-summary "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
+verdict bench-scaling-summary "$out"
 
 # make bench-latency's program and parser: the table has its three rows, each
 # row's percentiles rise to its maximum and its counts of slow calls fall
 # with the threshold, the control region is timed at every step, and the
 # mallocs, which depend on each thread's own steps only, are the same from
 # run to run (build/bench/latency; bench/latency.py).
-if ! make -s build/bench/latency build/libtidemalloc.so >"$TMP/make-latency.log" 2>&1; then
-  fail bench-latency "$(tr '\n' ' ' < "$TMP/make-latency.log" | cut -c1-300)"
-else
+if built bench-latency build/bench/latency build/libtidemalloc.so; then
   for run in 1 2; do
     LD_PRELOAD=$ROOT/build/libtidemalloc.so "$ROOT/build/bench/latency" 2 20000 4 \
       > "$TMP/latency$run.out" 2>&1
@@ -264,8 +272,7 @@ ok = ok and parse("malloc 1 2 3\n") is None
 print("ok" if ok else "wrong: %r" % runs)
 PYEOF
 )
-  if [ "$out" = ok ]; then pass bench-latency
-  else fail bench-latency "$(echo "$out" | tail -3 | tr '\n' ' ' | cut -c1-400)"; fi
+  verdict bench-latency "$out"
 fi
 
 # bench/pairs.py, the runner of paired rounds that a session's figures quote:
@@ -287,11 +294,8 @@ ok = (s[0]["wall_ratio"] == 1 and s[0]["cpu_ratio"] == 1 and s[0]["lower"] == 0
 print("ok" if ok else "wrong: %r" % s)
 PYEOF
 )
-if [ "$out" = ok ]; then pass bench-pairs-summary
-else fail bench-pairs-summary "$(echo "$out" | tail -3 | tr '\n' ' ')"; fi
-if ! make -s build/bench/launch build/libtidemalloc.so >"$TMP/make-pairs.log" 2>&1; then
-  fail bench-pairs "$(tr '\n' ' ' < "$TMP/make-pairs.log" | cut -c1-300)"
-else
+verdict bench-pairs-summary "$out"
+if built bench-pairs build/bench/launch build/libtidemalloc.so; then
   is_ours='case "$LD_PRELOAD" in *libtidemalloc*) exit 0;; *) exit 1;; esac'
   python3 bench/pairs.py -n 2 tidemalloc tidemalloc@PAIRS_T=1 -- sh -c "$is_ours" \
     > "$TMP/pairs1.out" 2>&1; rc1=$?
